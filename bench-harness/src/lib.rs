@@ -1,0 +1,1 @@
+//! Analysis shared by the experiments and the end-to-end tests.

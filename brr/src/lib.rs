@@ -1,0 +1,1 @@
+//! Branch-on-random.

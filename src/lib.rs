@@ -1,0 +1,1 @@
+//! breakdance: a software branch tracer.
