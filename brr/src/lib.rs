@@ -1,1 +1,7 @@
-//! Branch-on-random.
+//! Branch-on-random (Lee and Zilles, CGO 2008): the instruction's encoding in
+//! x86-64 binaries, a model of its outcome generator, an x86-64 emulator that
+//! runs annotated static binaries, and the instrumentation and experiments
+//! that compare brr sampling with counter-based sampling.
+
+pub mod encoding;
+pub mod lfsr;
