@@ -1,0 +1,127 @@
+use super::*;
+
+/// Code at a fixed base address, as the handler sees one mapping.
+struct Code(u64, Vec<u8>);
+
+impl CodeSource for Code {
+    fn code_at(&self, addr: u64) -> Option<&[u8]> {
+        let off = addr.checked_sub(self.0)? as usize;
+        (off < self.1.len()).then(|| &self.1[off..])
+    }
+}
+
+fn segment(bytes: &[u8]) -> Segment {
+    let code = Code(0x1000, bytes.to_vec());
+    decode_segment(&code, 0x1000, &mut Instruction::default())
+}
+
+fn form(seg: Segment) -> BranchForm {
+    match seg.end {
+        SegmentEnd::Dynamic(f) => f,
+        other => panic!("expected a branch form, got {other:?}"),
+    }
+}
+
+#[test]
+fn direct_jmp_and_call_resolve_statically() {
+    // push rbp; mov rbp, rsp; call +0x10
+    let s = segment(&[0x55, 0x48, 0x89, 0xe5, 0xe8, 0x10, 0, 0, 0]);
+    assert_eq!(s.end, SegmentEnd::Direct { from: 0x1004, to: 0x1019, call: true });
+    assert_eq!(s.sp_delta, Some(-8));
+    assert_eq!(s.instructions, 3);
+    // jmp short -2 (to itself)
+    let s = segment(&[0xeb, 0xfe]);
+    assert_eq!(s.end, SegmentEnd::Direct { from: 0x1000, to: 0x1000, call: false });
+}
+
+#[test]
+fn jcc_becomes_a_condition_form() {
+    // sub rsp, 0x18; cmp eax, 1; jle +5
+    let s = segment(&[0x48, 0x83, 0xec, 0x18, 0x83, 0xf8, 0x01, 0x7e, 0x05]);
+    let f = form(s);
+    assert_eq!(f.at, 0x1007);
+    assert_eq!(f.fall_through, 0x1009);
+    assert_eq!(f.kind, BranchKind::Jcc(Condition::Le));
+    assert_eq!(f.target, Target::Const(0x100e));
+    assert_eq!(s.sp_delta, Some(-0x18));
+}
+
+#[test]
+fn indirect_jmp_through_a_table() {
+    // jmp qword ptr [rax + rcx*8 + 0x20]
+    let f = form(segment(&[0xff, 0x64, 0xc8, 0x20]));
+    assert_eq!(f.kind, BranchKind::Jmp);
+    assert_eq!(
+        f.target,
+        Target::Load { base: Some(0), index: Some(1), scale: 8, disp: 0x20, size: 8, addr32: false }
+    );
+    // jmp qword ptr [rip + 0x100]: folded to an absolute load
+    let f = form(segment(&[0xff, 0x25, 0x00, 0x01, 0, 0]));
+    assert_eq!(
+        f.target,
+        Target::Load { base: None, index: None, scale: 1, disp: 0x1106, size: 8, addr32: false }
+    );
+}
+
+#[test]
+fn calls_returns_and_registers() {
+    // call r11
+    let f = form(segment(&[0x41, 0xff, 0xd3]));
+    assert_eq!((f.kind, f.target), (BranchKind::Call, Target::Reg(11)));
+    // ret 0x10
+    let f = form(segment(&[0xc2, 0x10, 0x00]));
+    assert_eq!(f.kind, BranchKind::Ret { pop: 16 });
+    // jrcxz +0; loop -2 with 0x67 (ecx)
+    assert_eq!(form(segment(&[0xe3, 0x00])).kind, BranchKind::Jrcxz { ecx: false });
+    assert_eq!(form(segment(&[0x67, 0xe2, 0xfd])).kind, BranchKind::Loop { zf: None, ecx: true });
+    // syscall
+    assert_eq!(form(segment(&[0x0f, 0x05])).kind, BranchKind::Syscall);
+}
+
+#[test]
+fn untrackable_stack_changes_are_unknown() {
+    // leave; ret
+    let s = segment(&[0xc9, 0xc3]);
+    assert_eq!(form(s).kind, BranchKind::Ret { pop: 0 });
+    assert_eq!(s.sp_delta, None);
+    // pop rbx; add rsp, 8; ret
+    let s = segment(&[0x5b, 0x48, 0x83, 0xc4, 0x08, 0xc3]);
+    assert_eq!(s.sp_delta, Some(16));
+}
+
+#[test]
+fn failures_name_the_reason() {
+    // int3
+    assert!(matches!(segment(&[0xcc]).end, SegmentEnd::Fail { why: DecodeFailure::Unsupported, .. }));
+    // ud2
+    assert!(matches!(segment(&[0x0f, 0x0b]).end, SegmentEnd::Fail { why: DecodeFailure::Unsupported, .. }));
+    // nop then the end of the mapping
+    assert_eq!(
+        segment(&[0x90]).end,
+        SegmentEnd::Fail { at: 0x1001, why: DecodeFailure::OutsideMappings }
+    );
+    // jmp through fs: cannot be evaluated from the ucontext
+    assert!(matches!(
+        segment(&[0x64, 0xff, 0x24, 0x25, 0x10, 0, 0, 0]).end,
+        SegmentEnd::Fail { why: DecodeFailure::Unsupported, .. }
+    ));
+    // a long run of nops hits the limit
+    let nops = vec![0x90; MAX_SEGMENT_INSTRUCTIONS as usize + 10];
+    assert!(matches!(segment(&nops).end, SegmentEnd::Fail { why: DecodeFailure::LookaheadLimit, .. }));
+}
+
+#[test]
+fn cache_decodes_once_per_generation() {
+    let code = Code(0x1000, vec![0x90, 0x74, 0x02]);
+    let mut cache = BlockCache::new();
+    let mut insn = Instruction::default();
+    let mut decoded = false;
+    let a = cache.lookup(&code, 0x1000, 1, &mut insn, &mut decoded);
+    assert!(decoded);
+    let b = cache.lookup(&code, 0x1000, 1, &mut insn, &mut decoded);
+    assert!(!decoded);
+    assert_eq!(a, b);
+    cache.lookup(&code, 0x1000, 2, &mut insn, &mut decoded);
+    assert!(decoded);
+    assert_eq!((cache.hits(), cache.misses()), (1, 2));
+}

@@ -1,0 +1,335 @@
+//! The only module that makes syscalls, ioctls and sigaction calls.
+//!
+//! Every function here that the signal handlers reach is a thin wrapper over
+//! one raw syscall: no allocation, no locks, errno untouched on success.
+//! Failures come back as [`Errno`], built by the one helper [`check`].
+
+use std::ffi::c_void;
+use std::fmt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use perf_event_open_sys::bindings as pb;
+
+pub use pb::perf_event_attr as PerfEventAttr;
+
+/// `si_code` of a SIGTRAP raised by a perf event with `attr.sigtrap` set
+/// (include/uapi/asm-generic/siginfo.h).
+pub const TRAP_PERF: i32 = 6;
+
+/// An OS error number, as read from errno right after a failed call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// The symbolic name of common errnos, for messages a user reads.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            libc::EPERM => "EPERM",
+            libc::ENOENT => "ENOENT",
+            libc::EACCES => "EACCES",
+            libc::EINVAL => "EINVAL",
+            libc::ENOSPC => "ENOSPC",
+            libc::EBUSY => "EBUSY",
+            libc::ESRCH => "ESRCH",
+            libc::EMFILE => "EMFILE",
+            libc::ENODEV => "ENODEV",
+            libc::EOPNOTSUPP => "EOPNOTSUPP",
+            _ => "errno",
+        }
+    }
+}
+
+impl fmt::Debug for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = std::io::Error::from_raw_os_error(self.0);
+        write!(f, "{} ({text})", self.name())
+    }
+}
+
+/// The current thread's errno. Async-signal-safe.
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Overwrites this thread's errno. Async-signal-safe; the handlers use it to
+/// give the application back the errno it had when the signal arrived.
+pub fn set_errno(value: i32) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = value }
+}
+
+/// Turns the -1-and-errno convention into a `Result`.
+fn check(ret: libc::c_long) -> Result<libc::c_long, Errno> {
+    if ret < 0 {
+        Err(Errno(errno()))
+    } else {
+        Ok(ret)
+    }
+}
+
+/// The caller's kernel thread id. Async-signal-safe (a raw syscall: glibc's
+/// gettid is not in every libc we may be loaded with).
+pub fn gettid() -> i32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+pub fn getpid() -> i32 {
+    // SAFETY: getpid cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// Whether thread `tid` of this process still exists.
+pub fn thread_alive(tid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the target exists.
+    let ret = unsafe { libc::syscall(libc::SYS_tgkill, getpid(), tid, 0) };
+    ret == 0 || errno() != libc::ESRCH
+}
+
+/// Sends `sig` to thread `tid` of this process. Async-signal-safe.
+pub fn tgkill(tid: i32, sig: i32) -> Result<(), Errno> {
+    // SAFETY: tgkill with our own pid only targets threads of this process.
+    check(unsafe { libc::syscall(libc::SYS_tgkill, getpid(), tid, sig) }).map(drop)
+}
+
+/// Monotonic time in nanoseconds. Async-signal-safe (clock_gettime is on the
+/// POSIX list; on Linux it is a vDSO call).
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Writes all of `bytes` to stderr with write(2), no buffering, no locks.
+pub fn write_stderr(bytes: &[u8]) {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        // SAFETY: rest is a valid readable slice.
+        let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
+        if n <= 0 {
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            return;
+        }
+        rest = &rest[n as usize..];
+    }
+}
+
+/// A blank attribute of the running kernel's size.
+pub fn blank_attr() -> PerfEventAttr {
+    // SAFETY: perf_event_attr is plain data; all-zero is its documented default.
+    let mut attr: PerfEventAttr = unsafe { std::mem::zeroed() };
+    attr.size = std::mem::size_of::<PerfEventAttr>() as u32;
+    attr
+}
+
+/// Opens a perf event on thread `tid` (0: the caller) of this process.
+pub fn perf_event_open(attr: &mut PerfEventAttr, tid: i32) -> Result<OwnedFd, Errno> {
+    // SAFETY: attr is a valid, fully initialised attribute of the size it
+    // declares; the flags ask for a close-on-exec fd we take ownership of.
+    let fd = unsafe {
+        perf_event_open_sys::perf_event_open(attr, tid, -1, -1, pb::PERF_FLAG_FD_CLOEXEC as _)
+    };
+    check(fd as libc::c_long)?;
+    // SAFETY: the kernel just returned this fd to us and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `PERF_EVENT_IOC_REFRESH`: enable `fd` for `overflows` more overflows, then
+/// let the kernel disable it again. Async-signal-safe.
+pub fn perf_refresh(fd: RawFd, overflows: i32) -> Result<(), Errno> {
+    // SAFETY: a plain ioctl on a perf fd; a wrong fd only yields EBADF/ENOTTY.
+    check(unsafe { perf_event_open_sys::ioctls::REFRESH(fd, overflows) } as libc::c_long).map(drop)
+}
+
+/// `PERF_EVENT_IOC_DISABLE`. Async-signal-safe.
+pub fn perf_disable(fd: RawFd) -> Result<(), Errno> {
+    // SAFETY: as in `perf_refresh`.
+    check(unsafe { perf_event_open_sys::ioctls::DISABLE(fd, 0) } as libc::c_long).map(drop)
+}
+
+/// `PERF_EVENT_IOC_ENABLE`. Async-signal-safe.
+pub fn perf_enable(fd: RawFd) -> Result<(), Errno> {
+    // SAFETY: as in `perf_refresh`.
+    check(unsafe { perf_event_open_sys::ioctls::ENABLE(fd, 0) } as libc::c_long).map(drop)
+}
+
+/// `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` for a breakpoint event: the kernel
+/// accepts a change of `bp_addr`, `bp_type`, `bp_len` and `disabled` only, so
+/// `attr` must be the attribute the event was opened with, edited in those
+/// fields. With `disabled == 0` the moved breakpoint is also enabled (one
+/// syscall per move). Async-signal-safe.
+pub fn perf_modify_attributes(fd: RawFd, attr: &mut PerfEventAttr) -> Result<(), Errno> {
+    // SAFETY: attr is a valid attribute of its declared size.
+    check(unsafe { perf_event_open_sys::ioctls::MODIFY_ATTRIBUTES(fd, attr) } as libc::c_long)
+        .map(drop)
+}
+
+/// A signal handler taking siginfo and ucontext.
+pub type SigactionFn = extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void);
+
+/// The C library's `sigaction` as found behind ours: the library exports its
+/// own `sigaction` so that the application's SIGTRAP handler is chained rather
+/// than installed over ours, and must itself call the real one.
+type RealSigaction =
+    unsafe extern "C" fn(i32, *const libc::sigaction, *mut libc::sigaction) -> i32;
+
+static REAL_SIGACTION: std::sync::OnceLock<RealSigaction> = std::sync::OnceLock::new();
+
+fn real_sigaction_fn() -> RealSigaction {
+    *REAL_SIGACTION.get_or_init(|| {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name; the symbol
+        // is libc's sigaction, whose type is RealSigaction.
+        unsafe {
+            let sym = libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr());
+            if sym.is_null() {
+                crate::fatal(b"breakdance: cannot find the C library's sigaction\n");
+            }
+            std::mem::transmute::<*mut c_void, RealSigaction>(sym)
+        }
+    })
+}
+
+/// Resolves the real sigaction now, so that no later caller (a handler among
+/// them) runs dlsym.
+pub fn warm_sigaction() {
+    real_sigaction_fn();
+}
+
+/// Calls the C library's sigaction, bypassing the library's interposer.
+///
+/// # Safety
+/// `act` and `old` must be null or valid; installing a handler is the
+/// caller's responsibility to make sound.
+pub unsafe fn real_sigaction(
+    sig: i32,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> Result<(), Errno> {
+    // SAFETY: forwarded contract.
+    check(unsafe { real_sigaction_fn()(sig, act, old) } as libc::c_long).map(drop)
+}
+
+/// Installs `handler` for `sig` with SA_SIGINFO | SA_RESTART | SA_ONSTACK and
+/// returns the previous action.
+pub fn install_handler(sig: i32, handler: SigactionFn) -> Result<libc::sigaction, Errno> {
+    // SAFETY: sigaction structs are plain data; zero is a valid empty mask.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler as usize;
+    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: act and old are valid; the handler is async-signal-safe.
+    unsafe { real_sigaction(sig, &act, &mut old)? };
+    Ok(old)
+}
+
+/// Reinstalls a previously saved action.
+pub fn restore_action(sig: i32, action: &libc::sigaction) -> Result<(), Errno> {
+    // SAFETY: the action was obtained from the kernel earlier.
+    unsafe { real_sigaction(sig, action, std::ptr::null_mut()) }
+}
+
+/// The perf `sig_data` of a SIGTRAP raised by a perf event (si_perf_data,
+/// the unsigned long right after si_addr in the fault layout of siginfo).
+pub fn siginfo_perf_data(info: &libc::siginfo_t) -> u64 {
+    // SAFETY: siginfo_t is 128 bytes; _sigfault._perf._data sits at byte 24
+    // on x86-64 (signo, errno, code, padding, then si_addr at 16).
+    unsafe { *((info as *const libc::siginfo_t).cast::<u8>().add(24).cast::<u64>()) }
+}
+
+/// Pending-signal sets of thread `tid` (thread-private and process-wide) from
+/// /proc. Not for handlers.
+pub fn pending_signals(tid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let mut mask = 0;
+    for line in text.lines() {
+        if let Some(hex) = line.strip_prefix("SigPnd:").or_else(|| line.strip_prefix("ShdPnd:")) {
+            mask |= u64::from_str_radix(hex.trim(), 16).ok()?;
+        }
+    }
+    Some(mask)
+}
+
+/// The thread ids of this process.
+pub fn thread_ids() -> std::io::Result<Vec<i32>> {
+    let mut tids = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/task")? {
+        if let Some(tid) = entry?.file_name().to_str().and_then(|s| s.parse().ok()) {
+            tids.push(tid);
+        }
+    }
+    Ok(tids)
+}
+
+/// `kernel.perf_event_paranoid`, for error messages.
+pub fn perf_event_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The uid of the peer of a connected Unix socket (SO_PEERCRED).
+pub fn peer_uid(fd: &impl AsRawFd) -> Result<u32, Errno> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred and len are valid out-pointers of the sizes given.
+    let ret = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    check(ret as libc::c_long)?;
+    Ok(cred.uid)
+}
+
+pub fn getuid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Registers fork handlers (pthread_atfork).
+pub fn at_fork(child: extern "C" fn()) {
+    // SAFETY: the handler is a plain extern "C" function living as long as
+    // the library (which is never unloaded: it is preloaded).
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+}
+
+/// Registers an exit handler (atexit).
+pub fn at_exit(handler: extern "C" fn()) {
+    // SAFETY: as in `at_fork`.
+    unsafe { libc::atexit(handler) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attr_layout_matches_kernel_abi() {
+        // PERF_ATTR_SIZE_VER8 is 136 bytes; sig_data sits at byte 120.
+        assert!(std::mem::size_of::<PerfEventAttr>() >= 136);
+        assert_eq!(std::mem::offset_of!(PerfEventAttr, sig_data), 120);
+        assert_eq!(std::mem::size_of::<libc::siginfo_t>(), 128);
+    }
+
+    #[test]
+    fn errno_display_names_it() {
+        assert_eq!(format!("{}", Errno(libc::ENOENT)).split(' ').next(), Some("ENOENT"));
+    }
+}
