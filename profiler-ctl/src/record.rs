@@ -1,0 +1,337 @@
+//! `profiler-ctl record`: run a command under the tracer from start to exit.
+
+use std::env;
+use std::ffi::{OsStr, OsString};
+use std::io::ErrorKind;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+
+use crate::cli::{self, Rate, RecordArgs, UsageError};
+use crate::client;
+use crate::signals::{self, Exit};
+use crate::summary;
+
+/// The tracer library's file name.
+pub const LIBRARY: &str = "libbreakdance.so";
+
+/// How long a terminating signal waits for the child to write its profile
+/// before it is passed on.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often the wait loop checks on the child even without a SIGCHLD.
+const POLL: Duration = Duration::from_secs(1);
+
+/// Variables the library reads: all are set or cleared for the child, so
+/// values left in the environment (by an enclosing traced run, say) do not
+/// mix with the options given here.
+const LIBRARY_VARIABLES: [&str; 8] = [
+    "BREAKDANCE_AUTOSTART",
+    "BREAKDANCE_EVENT",
+    "BREAKDANCE_PERIOD",
+    "BREAKDANCE_FREQ",
+    "BREAKDANCE_LBR",
+    "BREAKDANCE_OUTPUT",
+    "BREAKDANCE_SOCKET",
+    "BREAKDANCE_ROOT_PID",
+];
+
+/// Finds libbreakdance.so: `--lib`, else `$BREAKDANCE_LIB`, else next to
+/// the profiler-ctl executable. Returns an absolute path.
+pub fn find_library(lib: Option<&Path>) -> Result<PathBuf, UsageError> {
+    let (path, source) = match (lib, env::var_os("BREAKDANCE_LIB")) {
+        (Some(path), _) => (path.to_path_buf(), "--lib"),
+        (None, Some(path)) if !path.is_empty() => (PathBuf::from(path), "$BREAKDANCE_LIB"),
+        _ => {
+            let exe = env::current_exe().map_err(|e| {
+                UsageError(format!(
+                    "cannot find {LIBRARY}: cannot locate profiler-ctl itself: {e}"
+                ))
+            })?;
+            let next_to = exe
+                .parent()
+                .map(|d| d.join(LIBRARY))
+                .unwrap_or_else(|| LIBRARY.into());
+            if !next_to.is_file() {
+                return Err(UsageError(format!(
+                    "cannot find {LIBRARY}: no --lib, no $BREAKDANCE_LIB, and none at {}; \
+                     build it with `cargo build --release` in the breakdance workspace \
+                     (it lands in target/release/ next to profiler-ctl) or pass --lib PATH",
+                    next_to.display()
+                )));
+            }
+            (next_to, "next to profiler-ctl")
+        }
+    };
+    if !path.is_file() {
+        return Err(UsageError(format!(
+            "{source}: {} is not a file; build the library with `cargo build --release` \
+             (target/release/{LIBRARY})",
+            path.display()
+        )));
+    }
+    std::fs::canonicalize(&path)
+        .map_err(|e| UsageError(format!("{source}: cannot resolve {}: {e}", path.display())))
+}
+
+/// `existing` with `lib` added at the end (glibc accepts ':' between entries).
+pub fn ld_preload_with(existing: Option<&OsStr>, lib: &Path) -> OsString {
+    match existing {
+        Some(list) if !list.is_empty() => {
+            let mut joined = list.to_os_string();
+            joined.push(":");
+            joined.push(lib);
+            joined
+        }
+        _ => lib.as_os_str().to_os_string(),
+    }
+}
+
+/// The executable `program` names, the way execvp looks for it, made
+/// absolute and free of symlinks (so it matches the module paths the
+/// library reports).
+pub fn resolve_program(program: &OsStr) -> Option<PathBuf> {
+    let path = Path::new(program);
+    if program.as_encoded_bytes().contains(&b'/') {
+        return std::fs::canonicalize(path).ok();
+    }
+    let search = env::var_os("PATH")?;
+    env::split_paths(&search)
+        .map(|dir| dir.join(path))
+        .find(|candidate| candidate.is_file())
+        .and_then(|found| std::fs::canonicalize(found).ok())
+}
+
+/// All checks of `record` that can refuse it: run before anything starts.
+struct Prepared {
+    lib: PathBuf,
+    output: PathBuf,
+}
+
+fn prepare(args: &RecordArgs) -> Result<Prepared, UsageError> {
+    if let Some(event) = &args.session.event {
+        cli::check_event_available(event, cli::machine_has_pmu())?;
+    }
+    let output = args
+        .session
+        .output
+        .clone()
+        .unwrap_or_else(|| cli::DEFAULT_OUTPUT.into());
+    let output = cli::prepare_output_dir(&output)?;
+    let lib = find_library(args.lib.as_deref())?;
+    Ok(Prepared { lib, output })
+}
+
+fn child_command(args: &RecordArgs, prepared: &Prepared) -> Command {
+    let mut command = Command::new(&args.command[0]);
+    command.args(&args.command[1..]);
+    for name in LIBRARY_VARIABLES {
+        command.env_remove(name);
+    }
+    command.env(
+        "LD_PRELOAD",
+        ld_preload_with(env::var_os("LD_PRELOAD").as_deref(), &prepared.lib),
+    );
+    command.env("BREAKDANCE_AUTOSTART", "1");
+    command.env("BREAKDANCE_OUTPUT", &prepared.output);
+    if let Some(event) = &args.session.event {
+        command.env("BREAKDANCE_EVENT", event);
+    }
+    match args.session.rate {
+        Some(Rate::Period(n)) => {
+            command.env("BREAKDANCE_PERIOD", n.to_string());
+        }
+        Some(Rate::Freq(n)) => {
+            command.env("BREAKDANCE_FREQ", n.to_string());
+        }
+        None => {}
+    }
+    if let Some(lbr) = args.session.lbr {
+        command.env("BREAKDANCE_LBR", lbr.to_string());
+    }
+    command
+}
+
+/// Runs `record`. A [`UsageError`] in the returned error means nothing was
+/// started (exit 2); a spawn failure carries exit 126 or 127.
+pub fn run(args: &RecordArgs) -> Result<Exit> {
+    let prepared = prepare(args)?;
+    let started_at = SystemTime::now();
+    let blocked = signals::block().context("cannot block signals")?;
+    let mut command = child_command(args, &prepared);
+    // SAFETY: the closure only calls async-signal-safe functions and does
+    // not allocate (see `Blocked::restore_in_child`).
+    unsafe {
+        command.pre_exec(move || blocked.restore_in_child());
+    }
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let code = if e.kind() == ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!(
+                "profiler-ctl: cannot run '{}': {e}",
+                args.command[0].to_string_lossy()
+            );
+            return Ok(Exit::Code(code));
+        }
+    };
+    let pid = child.id();
+    let exit = supervise(pid, &blocked)?;
+    if !args.quiet {
+        let binary = resolve_program(&args.command[0]);
+        eprint!(
+            "{}",
+            report(&prepared.output, pid, exit, binary.as_deref(), started_at)
+        );
+    }
+    Ok(exit)
+}
+
+/// Passes signals on until the child ends, and returns how it ended.
+fn supervise(pid: u32, blocked: &signals::Blocked) -> Result<Exit> {
+    let socket = cli::default_socket(pid);
+    loop {
+        if let Some(exit) = signals::try_reap(pid).context("cannot wait for the child")? {
+            return Ok(exit);
+        }
+        let Some(signal) = blocked.wait(POLL).context("cannot wait for signals")? else {
+            continue;
+        };
+        if signal == libc::SIGCHLD {
+            continue;
+        }
+        if signals::is_terminating(signal) {
+            // Written before the signal ends the child; a child that is not
+            // (yet) traced has no socket, and the signal goes on regardless.
+            let _ = client::request(&socket, "stop", STOP_TIMEOUT);
+        }
+        if let Err(e) = signals::send(pid, signal) {
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                eprintln!(
+                    "profiler-ctl: cannot pass {} to pid {pid}: {e}",
+                    signals::name(signal)
+                );
+            }
+        }
+    }
+}
+
+/// The text printed after the child ended.
+fn report(
+    output: &Path,
+    pid: u32,
+    exit: Exit,
+    binary: Option<&Path>,
+    started_at: SystemTime,
+) -> String {
+    let how = match exit {
+        Exit::Signal(signal) => format!("was killed by {}", signals::name(signal)),
+        Exit::Code(code) => format!("exited with status {code}"),
+    };
+    let path = output.join("summary.json");
+    let loaded = match summary::load(output) {
+        Ok(loaded) => loaded,
+        Err(e) => return format!("profiler-ctl: {e:#}\n"),
+    };
+    match loaded {
+        Some(json) if json.get("pid").and_then(|p| p.as_u64()) == Some(u64::from(pid)) => {
+            let children = summary::child_dirs(output, Some(started_at));
+            summary::render(&json, binary, &children)
+        }
+        Some(json) => format!(
+            "profiler-ctl: {} is from an earlier run (pid {}), not from pid {pid}, which {how}; \
+             it may have died before writing its profile\n",
+            path.display(),
+            json.get("pid").map_or("?".to_owned(), |p| p.to_string()),
+        ),
+        None => format!(
+            "profiler-ctl: no profile: {} was not written; pid {pid} {how} \
+             (a process killed by a signal dies before it can write; the library's \
+             own messages above may say more)\n",
+            path.display()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_library_goes_after_an_existing_preload() {
+        let lib = Path::new("/t/libbreakdance.so");
+        assert_eq!(
+            ld_preload_with(None, lib),
+            OsString::from("/t/libbreakdance.so")
+        );
+        assert_eq!(
+            ld_preload_with(Some(OsStr::new("")), lib),
+            OsString::from("/t/libbreakdance.so")
+        );
+        assert_eq!(
+            ld_preload_with(Some(OsStr::new("/a.so /b.so")), lib),
+            OsString::from("/a.so /b.so:/t/libbreakdance.so")
+        );
+    }
+
+    #[test]
+    fn programs_are_found_like_execvp_finds_them() {
+        let sh = resolve_program(OsStr::new("sh")).expect("sh is on PATH");
+        assert!(sh.is_absolute() && sh.is_file(), "{}", sh.display());
+        assert!(resolve_program(OsStr::new("no-such-program-xyz")).is_none());
+        assert_eq!(
+            resolve_program(OsStr::new("/bin/../bin/sh")),
+            std::fs::canonicalize("/bin/sh").ok()
+        );
+    }
+
+    #[test]
+    fn a_missing_library_says_how_to_build_it() {
+        let e = find_library(Some(Path::new("/nonexistent/libbreakdance.so")))
+            .unwrap_err()
+            .0;
+        assert!(
+            e.starts_with("--lib: /nonexistent/libbreakdance.so is not a file"),
+            "{e}"
+        );
+        assert!(e.contains("cargo build --release"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_summary_is_reported_plainly() {
+        let dir = std::env::temp_dir().join(format!("profiler-ctl-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = report(
+            &dir,
+            77,
+            Exit::Signal(libc::SIGKILL),
+            None,
+            SystemTime::now(),
+        );
+        assert!(
+            text.contains("summary.json was not written; pid 77 was killed by SIGKILL"),
+            "{text}"
+        );
+        std::fs::write(dir.join("summary.json"), br#"{"pid": 12}"#).unwrap();
+        let text = report(&dir, 77, Exit::Code(0), None, SystemTime::now());
+        assert!(
+            text.contains("is from an earlier run (pid 12), not from pid 77"),
+            "{text}"
+        );
+        std::fs::write(
+            dir.join("summary.json"),
+            br#"{"pid": 77, "traces_completed": 0}"#,
+        )
+        .unwrap();
+        let text = report(&dir, 77, Exit::Code(0), None, SystemTime::now());
+        assert!(text.starts_with("breakdance: profiled"), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
