@@ -251,12 +251,20 @@ fn report(
             path.display(),
             json.get("pid").map_or("?".to_owned(), |p| p.to_string()),
         ),
-        None => format!(
-            "profiler-ctl: no profile: {} was not written; pid {pid} {how} \
-             (a process killed by a signal dies before it can write; the library's \
-             own messages above may say more)\n",
-            path.display()
-        ),
+        None => {
+            let why = match exit {
+                Exit::Signal(_) => {
+                    "a process killed by a signal dies before it can write its profile"
+                }
+                Exit::Code(_) => {
+                    "the library did not write one; its own messages above may say why"
+                }
+            };
+            format!(
+                "profiler-ctl: no profile: {} was not written; pid {pid} {how} ({why})\n",
+                path.display()
+            )
+        }
     }
 }
 
