@@ -30,16 +30,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+pub use crate::Edge;
 use crate::ParseError;
-
-/// One control transfer, as addresses of one object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Edge {
-    /// Address of the transfer instruction.
-    pub from: u64,
-    /// Address it transfers to.
-    pub to: u64,
-}
 
 /// Counts of a conditional jump towards one target.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -3,12 +3,26 @@
 //! AutoFDO text), ELF address mapping, the trace validator and the overlap
 //! metric. Pure logic: nothing here depends on the tracer crate.
 
+pub mod afdo;
 pub mod callgrind;
+pub mod elf;
 pub mod overlap;
+pub mod perfscript;
 pub mod tools;
+pub mod validate;
 
 use std::fmt;
 use std::path::Path;
+
+/// One taken control transfer: the address of the transfer instruction and
+/// the address it went to (in whatever address space the owner states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Edge {
+    /// Address of the transfer instruction.
+    pub from: u64,
+    /// Address it transferred to.
+    pub to: u64,
+}
 
 /// A malformed input: which format, where, and what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
