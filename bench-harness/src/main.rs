@@ -1,1 +1,192 @@
-fn main() {}
+//! `bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR]`:
+//! measures breakdance the way the Break Dancing paper does, on third-party
+//! programs, and writes tables and SVG plots under `results/<experiment>/`.
+
+mod bpcost;
+mod fdo;
+mod overhead;
+mod profiler;
+mod quality;
+mod report;
+mod runner;
+mod svg;
+mod workloads;
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+
+const USAGE: &str = "usage: bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR]
+
+experiments:
+  workloads  fetch and build the third-party workloads, time them natively
+  overhead   profiler overhead per sampling rate, cost breakdown, t/s factors
+  bpcost     cost to move and to trigger a hardware breakpoint per thread count
+  quality    profile accuracy against exact callgrind ground truth
+  fdo        AutoFDO / instrumented PGO speedups on the source-built workloads
+  brr        the branch-on-random experiment (brr crate)
+  all        every experiment above, in order
+
+options:
+  --quick        small inputs and few runs (a smoke test; under 3 minutes)
+  --cache DIR    where sources, builds and inputs are kept (default target/workloads)
+  --results DIR  where results go (default results)";
+
+/// Options shared by every experiment.
+pub struct Options {
+    pub quick: bool,
+    pub cache: PathBuf,
+    pub results: PathBuf,
+}
+
+fn parse(args: &[String]) -> Result<(String, Options)> {
+    let mut experiment = None;
+    let mut opts = Options {
+        quick: false,
+        cache: PathBuf::from("target/workloads"),
+        results: PathBuf::from("results"),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => opts.quick = true,
+            "--cache" | "--results" => {
+                let v = it
+                    .next()
+                    .with_context(|| format!("option {a} needs a directory argument"))?;
+                let v = PathBuf::from(v);
+                if a == "--cache" {
+                    opts.cache = v;
+                } else {
+                    opts.results = v;
+                }
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            s if s.starts_with('-') => bail!("unknown option '{s}'\n{USAGE}"),
+            s => {
+                if experiment.replace(s.to_string()).is_some() {
+                    bail!("only one experiment at a time (got '{s}' too)\n{USAGE}");
+                }
+            }
+        }
+    }
+    let experiment = experiment.with_context(|| format!("no experiment given\n{USAGE}"))?;
+    // Absolute paths, because workloads run in other directories.
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    opts.cache = cwd.join(&opts.cache);
+    opts.results = cwd.join(&opts.results);
+    Ok((experiment, opts))
+}
+
+/// Runs one experiment; returns how many steps failed.
+fn run(experiment: &str, opts: &Options) -> Result<usize> {
+    match experiment {
+        "workloads" => workloads_experiment(opts),
+        "overhead" => overhead::run(opts),
+        "bpcost" => bpcost::run(opts),
+        "quality" => quality::run(opts),
+        "fdo" => fdo::run(opts),
+        "brr" => {
+            let dir = opts.results.join("brr");
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            bail!(
+                "the brr experiment is not built yet: brr::experiment::run is missing from the brr crate (results would go to {})",
+                dir.display()
+            )
+        }
+        "all" => {
+            let mut failed = 0;
+            for e in ["workloads", "overhead", "bpcost", "quality", "fdo", "brr"] {
+                match run(e, opts) {
+                    Ok(n) => failed += n,
+                    Err(err) => {
+                        eprintln!("[{e}] FAILED: {err:#}");
+                        failed += 1;
+                    }
+                }
+            }
+            Ok(failed)
+        }
+        other => bail!("unknown experiment '{other}'\n{USAGE}"),
+    }
+}
+
+/// `workloads`: prepares every workload and times one native run of each
+/// input, so a user sees what the other experiments will run.
+fn workloads_experiment(opts: &Options) -> Result<usize> {
+    use report::{fmt, Report, Table};
+    let ws = workloads::Workspace {
+        cache: opts.cache.clone(),
+        quick: opts.quick,
+    };
+    let mut rep = Report::new(&opts.results, "workloads", "Workloads")?;
+    let mut table = Table::new(&[
+        "workload",
+        "origin",
+        "binary",
+        "train command",
+        "eval command",
+        "train wall (s)",
+        "eval wall (s)",
+    ]);
+    for kind in workloads::kinds(opts.quick) {
+        eprintln!("[workloads] preparing {}", kind.name());
+        let w = match workloads::prepare(&ws, kind) {
+            Ok(w) => w,
+            Err(e) => {
+                rep.fail(kind.name(), "prepare", &e);
+                continue;
+            }
+        };
+        let mut times = Vec::new();
+        for input in [workloads::Input::Train, workloads::Input::Eval] {
+            let cmd = w.command(input);
+            match runner::run_timed(&cmd) {
+                Ok(t) => times.push(fmt(t.wall_s, 3)),
+                Err(e) => {
+                    rep.fail(kind.name(), &format!("{input:?} run"), &e);
+                    times.push("failed".into());
+                }
+            }
+        }
+        let origin = match kind.package() {
+            Some(p) => format!("Debian source `{p}`, clang-19"),
+            None => "Debian binary".to_string(),
+        };
+        table.push(vec![
+            kind.name().to_string(),
+            origin,
+            w.binary.display().to_string(),
+            w.command(workloads::Input::Train).display(),
+            w.command(workloads::Input::Eval).display(),
+            times[0].clone(),
+            times[1].clone(),
+        ]);
+    }
+    rep.note(&format!(
+        "Source-built workloads use `clang-19 {}`. Cache: `{}`.",
+        workloads::BASE_CFLAGS.join(" "),
+        opts.cache.display()
+    ));
+    rep.table("workloads", "Workloads and their inputs", &table)?;
+    rep.finish()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = parse(&args).and_then(|(experiment, opts)| run(&experiment, &opts));
+    match result {
+        Ok(0) => {}
+        Ok(n) => {
+            eprintln!("bench-harness: {n} step(s) failed; see failures.csv in the results");
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("bench-harness: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! `bpcost` experiment.
+
+use crate::Options;
+use anyhow::Result;
+
+pub fn run(_opts: &Options) -> Result<usize> {
+    anyhow::bail!("bpcost: not built yet")
+}

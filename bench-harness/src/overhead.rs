@@ -1,0 +1,380 @@
+//! `overhead`: wall and CPU time of each workload native, with the library
+//! loaded but idle, and profiled at several task-clock periods (the paper's
+//! Table 1); the tracer's own cost breakdown (Figure 3); and the branch
+//! factors t, s and t/(1−s) (Figure 4, §3.1).
+
+use crate::profiler::{Summary, Tracer};
+use crate::report::{fmt, geomean, median, Report, Table};
+use crate::runner::{self, Cmd, Timing};
+use crate::svg::{BarChart, LineChart, Series};
+use crate::workloads::{self, Input, Workload, Workspace};
+use crate::Options;
+use anyhow::Result;
+
+/// Task-clock periods (ns) of the full run: 1 ms to 30 ms, a 30× span.
+const PERIODS: [u64; 4] = [1_000_000, 3_000_000, 10_000_000, 30_000_000];
+const QUICK_PERIODS: [u64; 2] = [2_000_000, 20_000_000];
+const RUNS: usize = 5;
+const QUICK_RUNS: usize = 3;
+
+/// One column of the experiment: how a workload is run.
+#[derive(Clone, Copy, PartialEq)]
+enum Config {
+    Native,
+    LoadedIdle,
+    Profiled(u64),
+}
+
+impl Config {
+    fn label(self) -> String {
+        match self {
+            Config::Native => "native".into(),
+            Config::LoadedIdle => "loaded, off".into(),
+            Config::Profiled(p) => format!("{} ms", fmt(p as f64 / 1e6, 0)),
+        }
+    }
+}
+
+/// Measurements of one workload.
+struct Measured {
+    name: String,
+    /// runs[config index] = times of each round.
+    runs: Vec<Vec<Timing>>,
+    /// Summaries per profiled config index (sum over rounds).
+    summaries: Vec<Option<Summary>>,
+}
+
+pub fn run(opts: &Options) -> Result<usize> {
+    let mut rep = Report::new(&opts.results, "overhead", "Profiler overhead")?;
+    let ws = Workspace {
+        cache: opts.cache.clone(),
+        quick: opts.quick,
+    };
+    let periods: &[u64] = if opts.quick { &QUICK_PERIODS } else { &PERIODS };
+    let rounds = if opts.quick { QUICK_RUNS } else { RUNS };
+    let tracer = Tracer::locate();
+    if let Err(e) = &tracer {
+        rep.fail("all", "locate tracer", e);
+    }
+    let mut configs = vec![Config::Native];
+    if tracer.is_ok() {
+        configs.push(Config::LoadedIdle);
+        configs.extend(periods.iter().map(|&p| Config::Profiled(p)));
+    }
+    let mut all = Vec::new();
+    for kind in workloads::kinds(opts.quick) {
+        let w = match workloads::prepare(&ws, kind) {
+            Ok(w) => w,
+            Err(e) => {
+                rep.fail(kind.name(), "prepare", &e);
+                continue;
+            }
+        };
+        all.push(measure(
+            &mut rep,
+            &w,
+            tracer.as_ref().ok(),
+            &configs,
+            rounds,
+        ));
+    }
+    write_raw(&mut rep, &all, &configs)?;
+    write_table1(&mut rep, &all, &configs)?;
+    write_breakdown(&mut rep, &all, &configs)?;
+    write_factors(&mut rep, &all, &configs)?;
+    rep.note(&format!(
+        "Interleaved rounds: {rounds}; sampling event task-clock, periods {} ms. \
+         Ratios are per-round profiled/native wall (and CPU) times: median (min–max).",
+        periods
+            .iter()
+            .map(|p| fmt(*p as f64 / 1e6, 0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    rep.finish()
+}
+
+/// Runs every config once per round, interleaved, so drifts in machine
+/// speed hit all configs alike.
+fn measure(
+    rep: &mut Report,
+    w: &Workload,
+    tracer: Option<&Tracer>,
+    configs: &[Config],
+    rounds: usize,
+) -> Measured {
+    let base = w.command(Input::Eval);
+    let mut runs: Vec<Vec<Timing>> = vec![Vec::new(); configs.len()];
+    let mut summaries: Vec<Option<Summary>> = vec![None; configs.len()];
+    let mut broken = vec![false; configs.len()];
+    let out = runner::tempfile_path(&format!("overhead-{}", w.name()));
+    for round in 0..rounds {
+        eprintln!("[overhead] {} round {}/{rounds}", w.name(), round + 1);
+        for (ci, &config) in configs.iter().enumerate() {
+            if broken[ci] {
+                continue;
+            }
+            let result = run_config(&base, config, tracer, &out);
+            match result {
+                Ok((t, s)) => {
+                    runs[ci].push(t);
+                    if let Some(s) = s {
+                        summaries[ci].get_or_insert_with(Summary::default).add(&s);
+                    }
+                }
+                Err(e) => {
+                    rep.fail(w.name(), &config.label(), &e);
+                    broken[ci] = true;
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    Measured {
+        name: w.name().to_string(),
+        runs,
+        summaries,
+    }
+}
+
+fn run_config(
+    base: &Cmd,
+    config: Config,
+    tracer: Option<&Tracer>,
+    out: &std::path::Path,
+) -> Result<(Timing, Option<Summary>)> {
+    match (config, tracer) {
+        (Config::Native, _) => Ok((runner::run_timed(base)?, None)),
+        (Config::LoadedIdle, Some(t)) => Ok((runner::run_timed(&t.loaded_idle(base))?, None)),
+        (Config::Profiled(p), Some(t)) => {
+            let (timing, s) = t.record_run(base, p, out)?;
+            Ok((timing, Some(s)))
+        }
+        _ => anyhow::bail!("tracer not built"),
+    }
+}
+
+/// Per-round ratios of config `ci` to native, by `f` (wall or CPU).
+fn ratios(m: &Measured, ci: usize, f: fn(&Timing) -> f64) -> Vec<f64> {
+    m.runs[0]
+        .iter()
+        .zip(&m.runs[ci])
+        .map(|(n, p)| f(p) / f(n))
+        .collect()
+}
+
+fn spread(v: &[f64]) -> String {
+    if v.is_empty() {
+        return "n/a".into();
+    }
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{} ({}–{})", fmt(median(v), 3), fmt(lo, 2), fmt(hi, 2))
+}
+
+fn write_raw(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Result<()> {
+    let mut t = Table::new(&["workload", "config", "round", "wall_s", "cpu_s"]);
+    for m in all {
+        for (ci, c) in configs.iter().enumerate() {
+            for (r, timing) in m.runs[ci].iter().enumerate() {
+                t.push(vec![
+                    m.name.clone(),
+                    c.label(),
+                    r.to_string(),
+                    fmt(timing.wall_s, 4),
+                    fmt(timing.cpu_s(), 4),
+                ]);
+            }
+        }
+    }
+    rep.write("runs.csv", &t.to_csv())
+}
+
+/// Table 1: median wall-time ratio (spread) per config, geomean row.
+fn write_table1(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Result<()> {
+    let mut headers = vec!["workload".to_string(), "native wall (s)".to_string()];
+    headers.extend(configs[1..].iter().map(|c| format!("{} wall", c.label())));
+    headers.extend(configs[1..].iter().map(|c| format!("{} CPU", c.label())));
+    let mut t = Table {
+        headers,
+        rows: Vec::new(),
+    };
+    let n = configs.len() - 1;
+    let mut medians: Vec<Vec<f64>> = vec![Vec::new(); 2 * n];
+    for m in all {
+        let mut row = vec![m.name.clone(), fmt(median(&walls(&m.runs[0])), 3)];
+        let mut cpu_cells = Vec::new();
+        for ci in 1..configs.len() {
+            let w = ratios(m, ci, |t| t.wall_s);
+            let c = ratios(m, ci, Timing::cpu_s);
+            medians[ci - 1].push(median(&w));
+            medians[n + ci - 1].push(median(&c));
+            row.push(spread(&w));
+            cpu_cells.push(spread(&c));
+        }
+        row.extend(cpu_cells);
+        t.push(row);
+    }
+    let mut geo = vec!["geomean".to_string(), String::new()];
+    geo.extend(medians.iter().map(|v| fmt(geomean(v), 3)));
+    t.push(geo);
+    rep.table("table1", "Overhead: profiled / native time (Table 1)", &t)?;
+    let series = all
+        .iter()
+        .map(|m| Series {
+            name: m.name.clone(),
+            points: configs
+                .iter()
+                .enumerate()
+                .filter_map(|(ci, c)| match c {
+                    Config::Profiled(p) => {
+                        Some((1e9 / *p as f64, median(&ratios(m, ci, |t| t.wall_s))))
+                    }
+                    _ => None,
+                })
+                .collect(),
+        })
+        .collect();
+    let chart = LineChart {
+        title: "Overhead vs sampling rate".into(),
+        x_label: "samples per second of CPU time (task-clock)".into(),
+        y_label: "wall time, profiled / native".into(),
+        x_log: true,
+        y_log: false,
+        y_from_zero: false,
+        y_reference: Some(1.0),
+        series,
+    };
+    rep.plot("overhead_vs_rate", &chart.render())
+}
+
+fn walls(v: &[Timing]) -> Vec<f64> {
+    v.iter().map(|t| t.wall_s).collect()
+}
+
+/// Figure 3: where profiled CPU time goes, from the tracer's own counters.
+fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Result<()> {
+    let mut t = Table::new(&[
+        "workload",
+        "period",
+        "CPU per run (s)",
+        "application %",
+        "breakpoint %",
+        "decode %",
+        "sampling %",
+        "samples/run",
+        "breakpoints/run",
+        "traces/run",
+    ]);
+    let mut cats = Vec::new();
+    let mut segs: Vec<Vec<Option<f64>>> = vec![Vec::new(); 4];
+    for m in all {
+        let fastest = configs
+            .iter()
+            .position(|c| matches!(c, Config::Profiled(_)));
+        for (ci, c) in configs.iter().enumerate() {
+            let (Config::Profiled(_), Some(s)) = (c, &m.summaries[ci]) else {
+                continue;
+            };
+            let n = m.runs[ci].len().max(1) as f64;
+            let cpu_ns = m.runs[ci].iter().map(Timing::cpu_s).sum::<f64>() * 1e9;
+            let parts = [s.breakpoint_ns, s.decode_ns, s.sampling_ns];
+            let app = (cpu_ns - parts.iter().sum::<f64>()).max(0.0);
+            let pct = |x: f64| 100.0 * x / cpu_ns;
+            t.push(vec![
+                m.name.clone(),
+                c.label(),
+                fmt(cpu_ns / 1e9 / n, 3),
+                fmt(pct(app), 2),
+                fmt(pct(parts[0]), 2),
+                fmt(pct(parts[1]), 2),
+                fmt(pct(parts[2]), 2),
+                fmt(s.samples / n, 0),
+                fmt(s.breakpoints / n, 0),
+                fmt(s.traces_completed / n, 0),
+            ]);
+            if Some(ci) == fastest {
+                cats.push(m.name.clone());
+                for (k, v) in [app, parts[0], parts[1], parts[2]].into_iter().enumerate() {
+                    segs[k].push(Some(pct(v)));
+                }
+            }
+        }
+    }
+    rep.table("breakdown", "Profiled CPU time by component (Figure 3)", &t)?;
+    let label = configs
+        .iter()
+        .find(|c| matches!(c, Config::Profiled(_)))
+        .map(|c| c.label())
+        .unwrap_or_default();
+    let chart = BarChart {
+        title: format!("Profiled CPU time breakdown at period {label}"),
+        y_label: "% of profiled CPU time".into(),
+        categories: cats,
+        series: ["application", "breakpoint handling", "decoding", "sampling"]
+            .iter()
+            .map(|s| s.to_string())
+            .zip(segs)
+            .collect(),
+        stacked: true,
+        y_reference: None,
+    };
+    rep.plot("breakdown", &chart.render())
+}
+
+/// Figure 4: t, s and the breakpoint usefulness factor t/(1−s).
+fn write_factors(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Result<()> {
+    let mut t = Table::new(&[
+        "workload",
+        "dynamically evaluated",
+        "statically resolved",
+        "t (taken fraction)",
+        "s (static fraction)",
+        "t/(1-s)",
+    ]);
+    let mut cats = Vec::new();
+    let mut vals: Vec<Vec<Option<f64>>> = vec![Vec::new(); 3];
+    for m in all {
+        let mut total = Summary::default();
+        let mut any = false;
+        for (ci, c) in configs.iter().enumerate() {
+            if let (Config::Profiled(_), Some(s)) = (c, &m.summaries[ci]) {
+                total.add(s);
+                any = true;
+            }
+        }
+        if !any {
+            continue;
+        }
+        t.push(vec![
+            m.name.clone(),
+            fmt(total.dynamically_evaluated, 0),
+            fmt(total.statically_resolved, 0),
+            fmt(total.taken_fraction(), 3),
+            fmt(total.static_fraction(), 3),
+            fmt(total.usefulness(), 3),
+        ]);
+        cats.push(m.name.clone());
+        vals[0].push(Some(total.taken_fraction()));
+        vals[1].push(Some(total.static_fraction()));
+        vals[2].push(Some(total.usefulness()));
+    }
+    rep.table(
+        "factors",
+        "Branch factors and breakpoint usefulness (Figure 4; SPEC2006 in the paper: 0.6)",
+        &t,
+    )?;
+    let chart = BarChart {
+        title: "Branch factors per workload".into(),
+        y_label: "fraction".into(),
+        categories: cats,
+        series: ["t", "s", "t/(1-s)"]
+            .iter()
+            .map(|s| s.to_string())
+            .zip(vals)
+            .collect(),
+        stacked: false,
+        y_reference: None,
+    };
+    rep.plot("factors", &chart.render())
+}

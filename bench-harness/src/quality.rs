@@ -1,0 +1,8 @@
+//! `quality` experiment.
+
+use crate::Options;
+use anyhow::Result;
+
+pub fn run(_opts: &Options) -> Result<usize> {
+    anyhow::bail!("quality: not built yet")
+}
