@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The whole breakdance pipeline on a fresh machine, end to end:
+#   install the tools, build the workspace, compile a demo program, record its
+#   branches with profiler-ctl, turn the traces into AutoFDO profiles with
+#   llvm-profgen and create_llvm_prof, rebuild the program with the profile,
+#   and compare the two builds.
+#
+# Usage: scripts/demo.sh
+# Environment: DEMO_PERIOD  sampling period for record -c (default 1000000:
+#                           1 ms of task-clock without a PMU)
+#              DEMO_ROUNDS  work the demo program does (default 10000, ~2 s)
+# Work directory: target/demo/ (outputs in target/demo/out/). Exits non-zero,
+# naming the step, if any step fails.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+work=$root/target/demo
+out=$work/out
+period=${DEMO_PERIOD:-1000000}
+rounds=${DEMO_ROUNDS:-10000}
+cflags=(-O2 -gdwarf-4 -fdebug-info-for-profiling)
+
+say() { printf '\n== demo: %s\n' "$*" >&2; }
+fail() {
+    printf 'demo.sh: step "%s" failed: %s\n' "$current" "$*" >&2
+    exit 1
+}
+# step NAME COMMAND...: runs COMMAND; on failure the demo stops naming NAME.
+step() {
+    current=$1
+    shift
+    say "$current"
+    "$@" || fail "exit status $?"
+}
+need_file() { [ -s "$1" ] || fail "$1 is missing or empty"; }
+
+build_workspace() {
+    command -v cargo >/dev/null || fail "cargo is not installed (install Rust, e.g. with rustup)"
+    (cd "$root" && cargo build --release --workspace)
+}
+
+compile_demo() {
+    mkdir -p "$work" || return
+    clang-19 "${cflags[@]}" "$root/scripts/demo/demo.c" -o "$work/demo"
+}
+
+record_demo() {
+    rm -rf "$out" || return
+    (cd "$work" && "$target_dir/release/profiler-ctl" record -c "$period" -o out -- ./demo "$rounds") || return
+    need_file "$out/perf.script"
+    need_file "$out/demo.afdo.txt"
+    grep -q '/0x' "$out/perf.script" || fail "$out/perf.script holds no branch trace"
+}
+
+profgen() {
+    (cd "$work" && llvm-profgen-19 --perfscript=out/perf.script --binary=./demo --output=out/demo.prof) || return
+    need_file "$out/demo.prof"
+}
+
+create_prof() {
+    (cd "$work" && create_llvm_prof --profiler=text --profile=out/demo.afdo.txt --binary=./demo --out=out/demo.gcov) ||
+        return
+    need_file "$out/demo.gcov"
+}
+
+rebuild() {
+    clang-19 "${cflags[@]}" -fprofile-sample-use="$out/demo.prof" "$root/scripts/demo/demo.c" -o "$work/demo.fdo" ||
+        return
+    clang-19 "${cflags[@]}" -fprofile-sample-use="$out/demo.gcov" "$root/scripts/demo/demo.c" -o "$work/demo.gcov-fdo"
+}
+
+# best_of3 PROGRAM: the best wall time of three runs in seconds; checks that
+# every run prints the baseline's checksum (set in $expected).
+best_of3() {
+    local best="" start end output
+    for _ in 1 2 3; do
+        start=$EPOCHREALTIME
+        output=$("$1" "$rounds") || fail "$1 exited with status $?"
+        end=$EPOCHREALTIME
+        [ -z "${expected:-}" ] && expected=$output
+        [ "$output" = "$expected" ] || fail "$1 printed '$output', the baseline '$expected'"
+        best=$(awk -v s="$start" -v e="$end" -v b="$best" 'BEGIN { t = e - s; if (b == "" || t < b) b = t; printf "%.3f", b }')
+    done
+    echo "$best"
+}
+
+compare_builds() {
+    expected=""
+    t_base=$(best_of3 "$work/demo") || return 1
+    expected=$("$work/demo" "$rounds") || return 1
+    t_fdo=$(best_of3 "$work/demo.fdo") || return 1
+    t_gcov=$(best_of3 "$work/demo.gcov-fdo") || return 1
+}
+
+hottest() {
+    llvm-profdata-19 show --sample --topn=5 "$out/demo.prof" >"$out/topn.txt" || return
+    sed -n '/considered hot functions/,$p' "$out/topn.txt" >&2
+    # The demo spends most of its time in score_records: a profile that does
+    # not say so is wrong.
+    hot=$(awk '/Function name$/ { getline; print $NF; exit }' "$out/topn.txt")
+    [ "$hot" = "score_records" ] || fail "the hottest function in the profile is '${hot:-none}', not score_records"
+}
+
+current="start"
+step "install dependencies (scripts/install-deps.sh)" bash "$root/scripts/install-deps.sh"
+step "build the workspace (cargo build --release --workspace)" build_workspace
+step "compile demo.c with clang-19 ${cflags[*]}" compile_demo
+step "record: profiler-ctl record -c $period -o out -- ./demo $rounds" record_demo
+step "llvm-profgen-19 --perfscript=out/perf.script --binary=./demo --output=out/demo.prof" profgen
+step "create_llvm_prof --profiler=text --profile=out/demo.afdo.txt --binary=./demo --out=out/demo.gcov" create_prof
+step "rebuild demo with -fprofile-sample-use" rebuild
+step "hottest functions (llvm-profdata-19 show --sample --topn=5)" hottest
+step "run the builds (best of 3 each)" compare_builds
+
+size() { stat -c %s "$1"; }
+change() { awk -v b="$t_base" -v f="$1" 'BEGIN { printf "%+.1f%%", 100 * (f - b) / b }'; }
+say "summary"
+cat >&2 <<EOF
+work directory    $work
+traces            out/perf.script, $(size "$out/perf.script") bytes, $(grep -c '/0x' "$out/perf.script") distinct traces
+AutoFDO text      out/demo.afdo.txt, $(size "$out/demo.afdo.txt") bytes
+llvm-profgen      out/demo.prof, $(size "$out/demo.prof") bytes
+create_llvm_prof  out/demo.gcov, $(size "$out/demo.gcov") bytes
+hottest function  $hot
+output            $expected (the same from every build)
+time, best of 3   -O2: ${t_base} s
+                  -O2 -fprofile-sample-use=out/demo.prof: ${t_fdo} s ($(change "$t_fdo"))
+                  -O2 -fprofile-sample-use=out/demo.gcov: ${t_gcov} s ($(change "$t_gcov"))
+EOF
