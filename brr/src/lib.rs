@@ -3,5 +3,6 @@
 //! runs annotated static binaries, and the instrumentation and experiments
 //! that compare brr sampling with counter-based sampling.
 
+pub mod emu;
 pub mod encoding;
 pub mod lfsr;

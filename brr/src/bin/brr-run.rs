@@ -1,0 +1,90 @@
+//! brr-run: run a static x86-64 Linux ELF under the brr emulator.
+
+use anyhow::{bail, Context, Result};
+use brr::emu::syscall::Process;
+use std::path::PathBuf;
+use std::time::Instant;
+
+const HELP: &str = "\
+brr-run: run a static x86-64 Linux executable under the branch-on-random emulator
+
+USAGE:
+    brr-run [OPTIONS] [--] PROGRAM [ARGS...]
+
+The program must be statically linked (musl-gcc -static, or -nostdlib). Its
+brr instructions (see brr/README.md) are executed with the LFSR model; every
+other instruction must be in the emulator's integer + SSE2 subset, or the run
+stops with an error naming the instruction and its address. The program's
+file descriptors are the emulator's own, so its output appears on stdout.
+The exit status is the guest's.
+
+OPTIONS:
+    --seed N          LFSR seed (default 1); runs are deterministic per seed
+    --env KEY=VALUE   add an environment variable (the guest starts with none)
+    --limit N         stop with an error after N instructions (default 10^12)
+    --stats           print instructions, time, MIPS and brr counts to stderr
+    -h, --help        this text
+";
+
+fn main() {
+    match real_main() {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("brr-run: {e:#}");
+            std::process::exit(125);
+        }
+    }
+}
+
+fn real_main() -> Result<i32> {
+    let mut args = std::env::args().skip(1);
+    let mut seed = 1u64;
+    let mut env = Vec::new();
+    let mut limit = 1_000_000_000_000u64;
+    let mut stats = false;
+    let mut program: Vec<String> = Vec::new();
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "-h" | "--help" => {
+                print!("{HELP}");
+                return Ok(0);
+            }
+            "--seed" => seed = value("--seed")?.parse().context("--seed: not a number")?,
+            "--env" => env.push(value("--env")?),
+            "--limit" => limit = value("--limit")?.parse().context("--limit: not a number")?,
+            "--stats" => stats = true,
+            "--" => {
+                program.extend(args.by_ref());
+            }
+            s if s.starts_with('-') && program.is_empty() => {
+                bail!("unknown option '{s}' (see --help)")
+            }
+            _ => {
+                program.push(a);
+                program.extend(args.by_ref());
+            }
+        }
+    }
+    let Some(path) = program.first().map(PathBuf::from) else {
+        bail!("no program given (see --help)");
+    };
+    let mut process = Process::load(&path, &program, &env, seed)?;
+    let start = Instant::now();
+    let status = process.run(limit)?;
+    let secs = start.elapsed().as_secs_f64();
+    if stats {
+        let m = &process.machine;
+        eprintln!(
+            "brr-run: {} instructions in {:.3} s ({:.1} MIPS), {} syscalls, brr {} executed {} taken, exit {}",
+            m.icount,
+            secs,
+            m.icount as f64 / secs / 1e6,
+            process.syscalls,
+            m.brr_executed,
+            m.brr_taken,
+            status
+        );
+    }
+    Ok(status)
+}
