@@ -37,6 +37,9 @@ fn run(command: &Command) -> Result<Exit> {
         Command::Version => println!("profiler-ctl {}", env!("CARGO_PKG_VERSION")),
         Command::Record(args) => return record::run(args),
         Command::Start(target, session) => {
+            if let Some(event) = &session.event {
+                cli::check_event_available(event, cli::machine_has_pmu())?;
+            }
             let mut session = session.clone();
             if let Some(dir) = &session.output {
                 // The program's working directory is not ours: send a full path.
