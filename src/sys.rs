@@ -102,7 +102,10 @@ pub fn tgkill(tid: i32, sig: i32) -> Result<(), Errno> {
 /// Monotonic time in nanoseconds. Async-signal-safe (clock_gettime is on the
 /// POSIX list; on Linux it is a vDSO call).
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -180,8 +183,7 @@ pub type SigactionFn = extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void);
 /// The C library's `sigaction` as found behind ours: the library exports its
 /// own `sigaction` so that the application's SIGTRAP handler is chained rather
 /// than installed over ours, and must itself call the real one.
-type RealSigaction =
-    unsafe extern "C" fn(i32, *const libc::sigaction, *mut libc::sigaction) -> i32;
+type RealSigaction = unsafe extern "C" fn(i32, *const libc::sigaction, *mut libc::sigaction) -> i32;
 
 static REAL_SIGACTION: std::sync::OnceLock<RealSigaction> = std::sync::OnceLock::new();
 
@@ -244,7 +246,12 @@ pub fn restore_action(sig: i32, action: &libc::sigaction) -> Result<(), Errno> {
 pub fn siginfo_perf_data(info: &libc::siginfo_t) -> u64 {
     // SAFETY: siginfo_t is 128 bytes; _sigfault._perf._data sits at byte 24
     // on x86-64 (signo, errno, code, padding, then si_addr at 16).
-    unsafe { *((info as *const libc::siginfo_t).cast::<u8>().add(24).cast::<u64>()) }
+    unsafe {
+        *((info as *const libc::siginfo_t)
+            .cast::<u8>()
+            .add(24)
+            .cast::<u64>())
+    }
 }
 
 /// Pending-signal sets of thread `tid` (thread-private and process-wide) from
@@ -253,7 +260,10 @@ pub fn pending_signals(tid: i32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
     let mut mask = 0;
     for line in text.lines() {
-        if let Some(hex) = line.strip_prefix("SigPnd:").or_else(|| line.strip_prefix("ShdPnd:")) {
+        if let Some(hex) = line
+            .strip_prefix("SigPnd:")
+            .or_else(|| line.strip_prefix("ShdPnd:"))
+        {
             mask |= u64::from_str_radix(hex.trim(), 16).ok()?;
         }
     }
@@ -282,7 +292,11 @@ pub fn perf_event_paranoid() -> Option<i32> {
 
 /// The uid of the peer of a connected Unix socket (SO_PEERCRED).
 pub fn peer_uid(fd: &impl AsRawFd) -> Result<u32, Errno> {
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: cred and len are valid out-pointers of the sizes given.
     let ret = unsafe {
@@ -330,6 +344,9 @@ mod tests {
 
     #[test]
     fn errno_display_names_it() {
-        assert_eq!(format!("{}", Errno(libc::ENOENT)).split(' ').next(), Some("ENOENT"));
+        assert_eq!(
+            format!("{}", Errno(libc::ENOENT)).split(' ').next(),
+            Some("ENOENT")
+        );
     }
 }

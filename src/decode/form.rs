@@ -111,7 +111,14 @@ pub enum Target {
     /// A load of `size` bytes from `base + index * scale + disp` (base and
     /// index absent when `None`; RIP-relative addresses are folded into
     /// `disp` at decode time). `addr32` truncates the address to 32 bits.
-    Load { base: Option<Gpr>, index: Option<Gpr>, scale: u8, disp: u64, size: u8, addr32: bool },
+    Load {
+        base: Option<Gpr>,
+        index: Option<Gpr>,
+        scale: u8,
+        disp: u64,
+        size: u8,
+        addr32: bool,
+    },
 }
 
 /// The kind of transfer, with what the kind needs to be evaluated.
@@ -176,7 +183,14 @@ fn target_value(target: Target, regs: &impl RegisterFile, mem: &impl Memory) -> 
     match target {
         Target::Const(addr) => addr,
         Target::Reg(reg) => regs.gpr(reg),
-        Target::Load { base, index, scale, disp, size, addr32 } => {
+        Target::Load {
+            base,
+            index,
+            scale,
+            disp,
+            size,
+            addr32,
+        } => {
             let mut addr = disp;
             if let Some(b) = base {
                 addr = addr.wrapping_add(regs.gpr(b));
@@ -199,7 +213,11 @@ impl BranchForm {
         let sp = regs.rsp();
         let flags = regs.rflags();
         let cond = |taken: bool| {
-            let next = if taken { target_value(self.target, regs, mem) } else { self.fall_through };
+            let next = if taken {
+                target_value(self.target, regs, mem)
+            } else {
+                self.fall_through
+            };
             Outcome::Continue { taken, next, sp }
         };
         match self.kind {
@@ -214,9 +232,11 @@ impl BranchForm {
                 let zf_ok = zf.is_none_or(|want| (flags & ZF != 0) == want);
                 cond(nonzero && zf_ok)
             }
-            BranchKind::Jmp => {
-                Outcome::Continue { taken: true, next: target_value(self.target, regs, mem), sp }
-            }
+            BranchKind::Jmp => Outcome::Continue {
+                taken: true,
+                next: target_value(self.target, regs, mem),
+                sp,
+            },
             BranchKind::Call => Outcome::Continue {
                 taken: true,
                 next: target_value(self.target, regs, mem),
@@ -231,7 +251,11 @@ impl BranchForm {
                 if DIVERGING_SYSCALLS.contains(&regs.gpr(0)) {
                     Outcome::Stop
                 } else {
-                    Outcome::Continue { taken: false, next: self.fall_through, sp }
+                    Outcome::Continue {
+                        taken: false,
+                        next: self.fall_through,
+                        sp,
+                    }
                 }
             }
         }
@@ -263,12 +287,18 @@ mod tests {
 
     impl Memory for Mem {
         fn read(&self, addr: u64, _size: u8) -> u64 {
-            self.0.iter().find(|(a, _)| *a == addr).map_or(0xdead, |(_, v)| *v)
+            self.0
+                .iter()
+                .find(|(a, _)| *a == addr)
+                .map_or(0xdead, |(_, v)| *v)
         }
     }
 
     fn regs(flags: u64) -> Regs {
-        Regs { gpr: [0; 16], flags }
+        Regs {
+            gpr: [0; 16],
+            flags,
+        }
     }
 
     #[test]
@@ -312,11 +342,19 @@ mod tests {
         let mem = Mem(vec![]);
         assert_eq!(
             form.evaluate(&regs(0), &mem),
-            Outcome::Continue { taken: true, next: 0x2000, sp: 0 }
+            Outcome::Continue {
+                taken: true,
+                next: 0x2000,
+                sp: 0
+            }
         );
         assert_eq!(
             form.evaluate(&regs(ZF), &mem),
-            Outcome::Continue { taken: false, next: 0x1002, sp: 0 }
+            Outcome::Continue {
+                taken: false,
+                next: 0x1002,
+                sp: 0
+            }
         );
     }
 
@@ -342,17 +380,37 @@ mod tests {
         };
         assert_eq!(
             table.evaluate(&r, &mem),
-            Outcome::Continue { taken: true, next: 0x4242, sp: 0x7ff0 }
+            Outcome::Continue {
+                taken: true,
+                next: 0x4242,
+                sp: 0x7ff0
+            }
         );
-        let ret = BranchForm { kind: BranchKind::Ret { pop: 16 }, target: Target::Const(0), ..table };
+        let ret = BranchForm {
+            kind: BranchKind::Ret { pop: 16 },
+            target: Target::Const(0),
+            ..table
+        };
         assert_eq!(
             ret.evaluate(&r, &mem),
-            Outcome::Continue { taken: true, next: 0x1234, sp: 0x7ff0 + 24 }
+            Outcome::Continue {
+                taken: true,
+                next: 0x1234,
+                sp: 0x7ff0 + 24
+            }
         );
-        let call = BranchForm { kind: BranchKind::Call, target: Target::Reg(0), ..table };
+        let call = BranchForm {
+            kind: BranchKind::Call,
+            target: Target::Reg(0),
+            ..table
+        };
         assert_eq!(
             call.evaluate(&r, &mem),
-            Outcome::Continue { taken: true, next: 0x5000, sp: 0x7ff0 - 8 }
+            Outcome::Continue {
+                taken: true,
+                next: 0x5000,
+                sp: 0x7ff0 - 8
+            }
         );
     }
 
@@ -361,19 +419,40 @@ mod tests {
         let form = BranchForm {
             at: 0x1000,
             fall_through: 0x1002,
-            kind: BranchKind::Loop { zf: None, ecx: false },
+            kind: BranchKind::Loop {
+                zf: None,
+                ecx: false,
+            },
             target: Target::Const(0x900),
         };
         let mem = Mem(vec![]);
         let mut r = regs(0);
         r.gpr[1] = 1;
-        assert!(matches!(form.evaluate(&r, &mem), Outcome::Continue { taken: false, .. }));
+        assert!(matches!(
+            form.evaluate(&r, &mem),
+            Outcome::Continue { taken: false, .. }
+        ));
         r.gpr[1] = 2;
-        assert!(matches!(form.evaluate(&r, &mem), Outcome::Continue { taken: true, .. }));
-        let loope = BranchForm { kind: BranchKind::Loop { zf: Some(true), ecx: false }, ..form };
-        assert!(matches!(loope.evaluate(&r, &mem), Outcome::Continue { taken: false, .. }));
+        assert!(matches!(
+            form.evaluate(&r, &mem),
+            Outcome::Continue { taken: true, .. }
+        ));
+        let loope = BranchForm {
+            kind: BranchKind::Loop {
+                zf: Some(true),
+                ecx: false,
+            },
+            ..form
+        };
+        assert!(matches!(
+            loope.evaluate(&r, &mem),
+            Outcome::Continue { taken: false, .. }
+        ));
         r.flags = ZF;
-        assert!(matches!(loope.evaluate(&r, &mem), Outcome::Continue { taken: true, .. }));
+        assert!(matches!(
+            loope.evaluate(&r, &mem),
+            Outcome::Continue { taken: true, .. }
+        ));
     }
 
     #[test]
@@ -387,7 +466,14 @@ mod tests {
         let mem = Mem(vec![]);
         let mut r = regs(0);
         r.gpr[0] = libc::SYS_write as u64;
-        assert!(matches!(form.evaluate(&r, &mem), Outcome::Continue { taken: false, next: 0x1002, .. }));
+        assert!(matches!(
+            form.evaluate(&r, &mem),
+            Outcome::Continue {
+                taken: false,
+                next: 0x1002,
+                ..
+            }
+        ));
         r.gpr[0] = libc::SYS_exit_group as u64;
         assert_eq!(form.evaluate(&r, &mem), Outcome::Stop);
     }

@@ -17,7 +17,7 @@ pub mod form;
 use iced_x86::{Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction};
 use iced_x86::{Mnemonic, OpKind, Register};
 
-pub use form::{BranchForm, BranchKind, Condition, Memory, Outcome, RegisterFile, Target};
+pub use form::{BranchForm, BranchKind, Condition, Gpr, Memory, Outcome, RegisterFile, Target};
 
 /// Straight-line instructions decoded before the look-ahead gives up
 /// (counted as `lookahead_limit`).
@@ -98,7 +98,12 @@ pub fn decode_segment(code: &impl CodeSource, start: u64, insn: &mut Instruction
                 return fail(pc, DecodeFailure::Unsupported, sp_delta, count);
             }
             if let Some(end) = classify(insn) {
-                return Segment { start, end, sp_delta, instructions: count };
+                return Segment {
+                    start,
+                    end,
+                    sp_delta,
+                    instructions: count,
+                };
             }
             sp_delta = sp_delta.and_then(|d| sp_effect(insn).map(|e| d + e));
             pc = insn.next_ip();
@@ -118,7 +123,10 @@ fn sp_effect(insn: &Instruction) -> Option<i32> {
     let writes_rsp = insn.op_count() > 0
         && insn.op0_kind() == OpKind::Register
         && insn.op0_register().full_register() == Register::RSP
-        && !matches!(insn.mnemonic(), Mnemonic::Cmp | Mnemonic::Test | Mnemonic::Push | Mnemonic::Bt);
+        && !matches!(
+            insn.mnemonic(),
+            Mnemonic::Cmp | Mnemonic::Test | Mnemonic::Push | Mnemonic::Bt
+        );
     let xchg_rsp = insn.mnemonic() == Mnemonic::Xchg
         && insn.op_count() > 1
         && insn.op1_kind() == OpKind::Register
@@ -132,7 +140,10 @@ fn sp_effect(insn: &Instruction) -> Option<i32> {
     let imm = || -> Option<i32> {
         matches!(
             insn.op1_kind(),
-            OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8 | OpKind::Immediate32
+            OpKind::Immediate8to64
+                | OpKind::Immediate32to64
+                | OpKind::Immediate8
+                | OpKind::Immediate32
         )
         .then(|| insn.immediate(1) as i64 as i32)
     };
@@ -225,22 +236,34 @@ fn condition(cc: ConditionCode) -> Option<Condition> {
 fn classify(insn: &Instruction) -> Option<SegmentEnd> {
     let at = insn.ip();
     let fall_through = insn.next_ip();
-    let unsupported = Some(SegmentEnd::Fail { at, why: DecodeFailure::Unsupported });
+    let unsupported = Some(SegmentEnd::Fail {
+        at,
+        why: DecodeFailure::Unsupported,
+    });
     let dynamic = |kind, target| {
-        Some(SegmentEnd::Dynamic(BranchForm { at, fall_through, kind, target }))
+        Some(SegmentEnd::Dynamic(BranchForm {
+            at,
+            fall_through,
+            kind,
+            target,
+        }))
     };
     let near = matches!(insn.op0_kind(), OpKind::NearBranch64);
     match insn.flow_control() {
         FlowControl::Next => None,
-        FlowControl::UnconditionalBranch if near => {
-            Some(SegmentEnd::Direct { from: at, to: insn.near_branch_target(), call: false })
-        }
+        FlowControl::UnconditionalBranch if near => Some(SegmentEnd::Direct {
+            from: at,
+            to: insn.near_branch_target(),
+            call: false,
+        }),
         FlowControl::Call if insn.code() == Code::Syscall => {
             dynamic(BranchKind::Syscall, Target::Const(fall_through))
         }
-        FlowControl::Call if near => {
-            Some(SegmentEnd::Direct { from: at, to: insn.near_branch_target(), call: true })
-        }
+        FlowControl::Call if near => Some(SegmentEnd::Direct {
+            from: at,
+            to: insn.near_branch_target(),
+            call: true,
+        }),
         FlowControl::ConditionalBranch if near => {
             let target = Target::Const(insn.near_branch_target());
             // The 0x67 prefix makes jrcxz / loop test ecx instead of rcx.
@@ -254,8 +277,20 @@ fn classify(insn: &Instruction) -> Option<SegmentEnd> {
             match insn.mnemonic() {
                 Mnemonic::Jrcxz | Mnemonic::Jecxz => dynamic(BranchKind::Jrcxz { ecx }, target),
                 Mnemonic::Loop => dynamic(BranchKind::Loop { zf: None, ecx }, target),
-                Mnemonic::Loope => dynamic(BranchKind::Loop { zf: Some(true), ecx }, target),
-                Mnemonic::Loopne => dynamic(BranchKind::Loop { zf: Some(false), ecx }, target),
+                Mnemonic::Loope => dynamic(
+                    BranchKind::Loop {
+                        zf: Some(true),
+                        ecx,
+                    },
+                    target,
+                ),
+                Mnemonic::Loopne => dynamic(
+                    BranchKind::Loop {
+                        zf: Some(false),
+                        ecx,
+                    },
+                    target,
+                ),
                 _ => match condition(insn.condition_code()) {
                     Some(c) => dynamic(BranchKind::Jcc(c), target),
                     None => unsupported,
@@ -272,9 +307,12 @@ fn classify(insn: &Instruction) -> Option<SegmentEnd> {
         },
         FlowControl::Return => match insn.code() {
             Code::Retnq => dynamic(BranchKind::Ret { pop: 0 }, Target::Const(0)),
-            Code::Retnq_imm16 => {
-                dynamic(BranchKind::Ret { pop: insn.immediate16() }, Target::Const(0))
-            }
+            Code::Retnq_imm16 => dynamic(
+                BranchKind::Ret {
+                    pop: insn.immediate16(),
+                },
+                Target::Const(0),
+            ),
             _ => unsupported,
         },
         _ => unsupported,
@@ -301,15 +339,25 @@ pub const BLOCK_CACHE_ENTRIES: usize = 4096;
 
 const EMPTY_SEGMENT: Segment = Segment {
     start: u64::MAX,
-    end: SegmentEnd::Fail { at: 0, why: DecodeFailure::Unsupported },
+    end: SegmentEnd::Fail {
+        at: 0,
+        why: DecodeFailure::Unsupported,
+    },
     sp_delta: None,
     instructions: 0,
 };
 
 impl BlockCache {
     pub fn new() -> BlockCache {
-        let empty = CacheSlot { generation: 0, segment: EMPTY_SEGMENT };
-        BlockCache { slots: vec![empty; BLOCK_CACHE_ENTRIES].into_boxed_slice(), hits: 0, misses: 0 }
+        let empty = CacheSlot {
+            generation: 0,
+            segment: EMPTY_SEGMENT,
+        };
+        BlockCache {
+            slots: vec![empty; BLOCK_CACHE_ENTRIES].into_boxed_slice(),
+            hits: 0,
+            misses: 0,
+        }
     }
 
     fn index(addr: u64) -> usize {
@@ -336,7 +384,10 @@ impl BlockCache {
         self.misses += 1;
         *decoded = true;
         let segment = decode_segment(code, start, insn);
-        *slot = CacheSlot { generation, segment };
+        *slot = CacheSlot {
+            generation,
+            segment,
+        };
         segment
     }
 

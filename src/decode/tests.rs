@@ -26,12 +26,26 @@ fn form(seg: Segment) -> BranchForm {
 fn direct_jmp_and_call_resolve_statically() {
     // push rbp; mov rbp, rsp; call +0x10
     let s = segment(&[0x55, 0x48, 0x89, 0xe5, 0xe8, 0x10, 0, 0, 0]);
-    assert_eq!(s.end, SegmentEnd::Direct { from: 0x1004, to: 0x1019, call: true });
+    assert_eq!(
+        s.end,
+        SegmentEnd::Direct {
+            from: 0x1004,
+            to: 0x1019,
+            call: true
+        }
+    );
     assert_eq!(s.sp_delta, Some(-8));
     assert_eq!(s.instructions, 3);
     // jmp short -2 (to itself)
     let s = segment(&[0xeb, 0xfe]);
-    assert_eq!(s.end, SegmentEnd::Direct { from: 0x1000, to: 0x1000, call: false });
+    assert_eq!(
+        s.end,
+        SegmentEnd::Direct {
+            from: 0x1000,
+            to: 0x1000,
+            call: false
+        }
+    );
 }
 
 #[test]
@@ -53,13 +67,27 @@ fn indirect_jmp_through_a_table() {
     assert_eq!(f.kind, BranchKind::Jmp);
     assert_eq!(
         f.target,
-        Target::Load { base: Some(0), index: Some(1), scale: 8, disp: 0x20, size: 8, addr32: false }
+        Target::Load {
+            base: Some(0),
+            index: Some(1),
+            scale: 8,
+            disp: 0x20,
+            size: 8,
+            addr32: false
+        }
     );
     // jmp qword ptr [rip + 0x100]: folded to an absolute load
     let f = form(segment(&[0xff, 0x25, 0x00, 0x01, 0, 0]));
     assert_eq!(
         f.target,
-        Target::Load { base: None, index: None, scale: 1, disp: 0x1106, size: 8, addr32: false }
+        Target::Load {
+            base: None,
+            index: None,
+            scale: 1,
+            disp: 0x1106,
+            size: 8,
+            addr32: false
+        }
     );
 }
 
@@ -72,8 +100,17 @@ fn calls_returns_and_registers() {
     let f = form(segment(&[0xc2, 0x10, 0x00]));
     assert_eq!(f.kind, BranchKind::Ret { pop: 16 });
     // jrcxz +0; loop -2 with 0x67 (ecx)
-    assert_eq!(form(segment(&[0xe3, 0x00])).kind, BranchKind::Jrcxz { ecx: false });
-    assert_eq!(form(segment(&[0x67, 0xe2, 0xfd])).kind, BranchKind::Loop { zf: None, ecx: true });
+    assert_eq!(
+        form(segment(&[0xe3, 0x00])).kind,
+        BranchKind::Jrcxz { ecx: false }
+    );
+    assert_eq!(
+        form(segment(&[0x67, 0xe2, 0xfd])).kind,
+        BranchKind::Loop {
+            zf: None,
+            ecx: true
+        }
+    );
     // syscall
     assert_eq!(form(segment(&[0x0f, 0x05])).kind, BranchKind::Syscall);
 }
@@ -92,22 +129,46 @@ fn untrackable_stack_changes_are_unknown() {
 #[test]
 fn failures_name_the_reason() {
     // int3
-    assert!(matches!(segment(&[0xcc]).end, SegmentEnd::Fail { why: DecodeFailure::Unsupported, .. }));
+    assert!(matches!(
+        segment(&[0xcc]).end,
+        SegmentEnd::Fail {
+            why: DecodeFailure::Unsupported,
+            ..
+        }
+    ));
     // ud2
-    assert!(matches!(segment(&[0x0f, 0x0b]).end, SegmentEnd::Fail { why: DecodeFailure::Unsupported, .. }));
+    assert!(matches!(
+        segment(&[0x0f, 0x0b]).end,
+        SegmentEnd::Fail {
+            why: DecodeFailure::Unsupported,
+            ..
+        }
+    ));
     // nop then the end of the mapping
     assert_eq!(
         segment(&[0x90]).end,
-        SegmentEnd::Fail { at: 0x1001, why: DecodeFailure::OutsideMappings }
+        SegmentEnd::Fail {
+            at: 0x1001,
+            why: DecodeFailure::OutsideMappings
+        }
     );
     // jmp through fs: cannot be evaluated from the ucontext
     assert!(matches!(
         segment(&[0x64, 0xff, 0x24, 0x25, 0x10, 0, 0, 0]).end,
-        SegmentEnd::Fail { why: DecodeFailure::Unsupported, .. }
+        SegmentEnd::Fail {
+            why: DecodeFailure::Unsupported,
+            ..
+        }
     ));
     // a long run of nops hits the limit
     let nops = vec![0x90; MAX_SEGMENT_INSTRUCTIONS as usize + 10];
-    assert!(matches!(segment(&nops).end, SegmentEnd::Fail { why: DecodeFailure::LookaheadLimit, .. }));
+    assert!(matches!(
+        segment(&nops).end,
+        SegmentEnd::Fail {
+            why: DecodeFailure::LookaheadLimit,
+            ..
+        }
+    ));
 }
 
 #[test]

@@ -1,0 +1,152 @@
+//! Worker side: traces → distinct traces with repeat counts (for
+//! perf.script), fall-through ranges and taken-branch counts (for AutoFDO
+//! and BOLT).
+//!
+//! A trace is a run of consecutive taken branches e₀ … eₖ in execution
+//! order. Between two of them the program ran straight-line code, so each
+//! pair gives the fall-through range [eᵢ.to, eᵢ₊₁.from], inclusive of the
+//! branch at its end — the range rule llvm-profgen and create_llvm_prof use.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::buffer::{BranchEntry, BufferPool, TraceBuffer, TraceEnd};
+
+/// Distinct traces kept for perf.script; past it, traces still count in
+/// ranges and branches, and `trace_table_full` says how many were left out
+/// of perf.script.
+pub const MAX_DISTINCT_TRACES: usize = 1 << 20;
+
+/// Everything a session has gathered.
+#[derive(Default)]
+pub struct Aggregate {
+    /// Distinct traces (oldest branch first) and how often each was seen.
+    pub traces: HashMap<Box<[BranchEntry]>, u64>,
+    /// (begin, end) → count.
+    pub ranges: HashMap<(u64, u64), u64>,
+    /// (from, to) → count.
+    pub branches: HashMap<(u64, u64), u64>,
+    pub traces_seen: u64,
+    pub entries_seen: u64,
+    /// Traces not kept for perf.script because the table was full.
+    pub traces_not_kept: u64,
+    pub entries_not_kept: u64,
+}
+
+impl Aggregate {
+    /// Adds one trace, oldest branch first.
+    pub fn add_trace(&mut self, entries: &[BranchEntry]) {
+        if entries.is_empty() {
+            return;
+        }
+        self.traces_seen += 1;
+        self.entries_seen += entries.len() as u64;
+        for pair in entries.windows(2) {
+            *self.ranges.entry((pair[0].to, pair[1].from)).or_default() += 1;
+        }
+        for e in entries {
+            *self.branches.entry((e.from, e.to)).or_default() += 1;
+        }
+        if let Some(count) = self.traces.get_mut(entries) {
+            *count += 1;
+        } else if self.traces.len() < MAX_DISTINCT_TRACES {
+            self.traces.insert(entries.into(), 1);
+        } else {
+            self.traces_not_kept += 1;
+            self.entries_not_kept += entries.len() as u64;
+        }
+    }
+
+    pub fn add_buffer(&mut self, buffer: &TraceBuffer) {
+        for (entries, _end) in buffer.traces() {
+            self.add_trace(entries);
+        }
+    }
+
+    /// Entries in the distinct-trace table, with repeats: what perf.script
+    /// will hold.
+    pub fn entries_kept(&self) -> u64 {
+        self.traces.iter().map(|(t, n)| t.len() as u64 * n).sum()
+    }
+}
+
+/// Counts of how traces ended, as the worker saw them.
+#[derive(Default, Clone, Copy)]
+pub struct EndCounts {
+    pub complete: u64,
+    pub aborted: u64,
+}
+
+/// Drains full buffers into `agg` and hands them back to the free queue.
+pub fn drain(pool: &BufferPool, agg: &mut Aggregate, ends: &mut EndCounts) -> usize {
+    let mut n = 0;
+    while let Some(mut buffer) = pool.full.pop() {
+        for (entries, end) in buffer.traces() {
+            agg.add_trace(entries);
+            match end {
+                TraceEnd::Complete => ends.complete += 1,
+                TraceEnd::Aborted(_) => ends.aborted += 1,
+            }
+        }
+        buffer.clear();
+        // The pool made this buffer, so there is room for it.
+        let _ = pool.free.push(buffer);
+        n += 1;
+    }
+    n
+}
+
+/// The worker thread: aggregates full buffers until told to stop, then
+/// drains what is left and returns the aggregate.
+pub fn run_worker(pool: Arc<BufferPool>, stop: Arc<AtomicBool>, mut agg: Aggregate) -> Aggregate {
+    let mut ends = EndCounts::default();
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        if drain(&pool, &mut agg, &mut ends) == 0 {
+            if stopping {
+                return agg;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(from: u64, to: u64) -> BranchEntry {
+        BranchEntry { from, to }
+    }
+
+    #[test]
+    fn ranges_join_each_target_to_the_next_source() {
+        let mut agg = Aggregate::default();
+        agg.add_trace(&[e(0x10, 0x40), e(0x48, 0x10), e(0x10, 0x40)]);
+        agg.add_trace(&[e(0x10, 0x40), e(0x48, 0x10), e(0x10, 0x40)]);
+        assert_eq!(agg.ranges[&(0x40, 0x48)], 2);
+        assert_eq!(agg.ranges[&(0x10, 0x10)], 2);
+        assert_eq!(agg.branches[&(0x10, 0x40)], 4);
+        assert_eq!(agg.traces.len(), 1);
+        assert_eq!(agg.entries_kept(), 6);
+        assert_eq!((agg.traces_seen, agg.entries_seen), (2, 6));
+    }
+
+    #[test]
+    fn workers_return_buffers_to_the_pool() {
+        let pool = Arc::new(BufferPool::new());
+        pool.grow(1);
+        let mut b = pool.free.pop().unwrap();
+        b.open_trace();
+        b.push(e(1, 2));
+        b.close_trace(TraceEnd::Complete);
+        pool.full.push(b).ok().unwrap();
+        let stop = Arc::new(AtomicBool::new(true));
+        let agg = run_worker(pool.clone(), stop, Aggregate::default());
+        assert_eq!(agg.traces_seen, 1);
+        assert_eq!(pool.free.len(), 1);
+        assert!(pool.free.pop().unwrap().is_empty());
+    }
+}

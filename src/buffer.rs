@@ -1,0 +1,306 @@
+//! Preallocated per-thread trace buffers and the lock-free queues that move
+//! them between the traced threads and the worker.
+//!
+//! A traced thread owns one buffer at a time and appends to it from its
+//! signal handlers. At the end of each trace it checks that a whole trace
+//! still fits (the paper's free-space check when sampling is re-armed); if
+//! not, it pushes the buffer to the `full` queue and pops an empty one from
+//! `free`. Both queues are bounded `ArrayQueue`s: push and pop are lock-free
+//! and never allocate. When `free` is empty the thread keeps no buffer and
+//! the samples that find it so are dropped and counted (`no_free_buffer`).
+
+use crossbeam_queue::ArrayQueue;
+
+/// Entries per buffer: 16384 × 16 bytes = 256 KiB, 512 traces of 32.
+pub const BUFFER_ENTRIES: usize = 16_384;
+/// Trace records per buffer.
+pub const BUFFER_TRACES: usize = 4_096;
+/// Buffers a session may own in all (two per traced thread are made at
+/// registration; beyond this threads share what the pool has).
+pub const MAX_BUFFERS: usize = 2_048;
+
+/// One taken branch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BranchEntry {
+    pub from: u64,
+    pub to: u64,
+}
+
+/// Why a trace ended early. Each reason has a counter in summary.json.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum AbortReason {
+    /// Breakpoint address inside an rseq critical section.
+    Rseq = 0,
+    /// The breakpoint was hit with another stack pointer than expected
+    /// (reached from a signal handler or a deeper frame).
+    SpMismatch,
+    /// The handler ran at a pc that is not the breakpoint's (delivery was
+    /// delayed by a masked signal).
+    PcMismatch,
+    /// An instruction the look-ahead does not follow.
+    UnsupportedInstruction,
+    /// Code outside the known executable file mappings (the vDSO included).
+    OutsideMappings,
+    /// No transfer within the look-ahead limit.
+    LookaheadLimit,
+    /// A syscall that may not return to the next instruction.
+    Syscall,
+    /// The thread exited with a trace open.
+    ThreadExit,
+    /// The session stopped with a trace open.
+    SessionStop,
+    /// The breakpoint could not be set (the ioctl failed).
+    BreakpointFailed,
+}
+
+impl AbortReason {
+    pub const ALL: [AbortReason; 10] = [
+        AbortReason::Rseq,
+        AbortReason::SpMismatch,
+        AbortReason::PcMismatch,
+        AbortReason::UnsupportedInstruction,
+        AbortReason::OutsideMappings,
+        AbortReason::LookaheadLimit,
+        AbortReason::Syscall,
+        AbortReason::ThreadExit,
+        AbortReason::SessionStop,
+        AbortReason::BreakpointFailed,
+    ];
+
+    /// The name used in summary.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            AbortReason::Rseq => "rseq",
+            AbortReason::SpMismatch => "sp_mismatch",
+            AbortReason::PcMismatch => "pc_mismatch",
+            AbortReason::UnsupportedInstruction => "unsupported_instruction",
+            AbortReason::OutsideMappings => "outside_mappings",
+            AbortReason::LookaheadLimit => "lookahead_limit",
+            AbortReason::Syscall => "syscall",
+            AbortReason::ThreadExit => "thread_exit",
+            AbortReason::SessionStop => "session_stop",
+            AbortReason::BreakpointFailed => "breakpoint_failed",
+        }
+    }
+}
+
+/// How a trace ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceEnd {
+    /// N taken branches recorded.
+    Complete,
+    Aborted(AbortReason),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TraceRecord {
+    start: u32,
+    len: u32,
+    end: TraceEnd,
+}
+
+/// A buffer of traces: entries in execution order (oldest first), and one
+/// record per closed trace.
+pub struct TraceBuffer {
+    entries: Box<[BranchEntry]>,
+    traces: Box<[TraceRecord]>,
+    n_entries: usize,
+    n_traces: usize,
+    /// Start of the open trace, if any.
+    open: Option<usize>,
+}
+
+impl TraceBuffer {
+    /// A buffer with every page touched, so the handler never faults one in.
+    pub fn new() -> Box<TraceBuffer> {
+        let mut entries = vec![BranchEntry::default(); BUFFER_ENTRIES].into_boxed_slice();
+        let mut traces = vec![
+            TraceRecord {
+                start: 0,
+                len: 0,
+                end: TraceEnd::Complete
+            };
+            BUFFER_TRACES
+        ]
+        .into_boxed_slice();
+        // vec! of zeroes may come from calloc's untouched pages: write them.
+        for (i, e) in entries.iter_mut().enumerate() {
+            e.from = i as u64;
+        }
+        for t in traces.iter_mut() {
+            t.len = 1;
+        }
+        Box::new(TraceBuffer {
+            entries,
+            traces,
+            n_entries: 0,
+            n_traces: 0,
+            open: None,
+        })
+    }
+
+    /// Whether a whole trace of `n` entries fits. Async-signal-safe.
+    pub fn has_room(&self, n: usize) -> bool {
+        self.open.is_none()
+            && self.n_entries + n <= self.entries.len()
+            && self.n_traces < self.traces.len()
+    }
+
+    /// Opens a trace. Async-signal-safe.
+    pub fn open_trace(&mut self) {
+        self.open = Some(self.n_entries);
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Entries in the open trace.
+    pub fn open_len(&self) -> usize {
+        self.open.map_or(0, |start| self.n_entries - start)
+    }
+
+    /// Appends to the open trace; false when the buffer is full (cannot
+    /// happen after `has_room(n)` for a trace of at most n). Async-signal-safe.
+    pub fn push(&mut self, entry: BranchEntry) -> bool {
+        if self.open.is_none() || self.n_entries == self.entries.len() {
+            return false;
+        }
+        self.entries[self.n_entries] = entry;
+        self.n_entries += 1;
+        true
+    }
+
+    /// Closes the open trace. Async-signal-safe.
+    pub fn close_trace(&mut self, end: TraceEnd) {
+        let Some(start) = self.open.take() else {
+            return;
+        };
+        let len = self.n_entries - start;
+        if len == 0 {
+            return;
+        }
+        self.traces[self.n_traces] = TraceRecord {
+            start: start as u32,
+            len: len as u32,
+            end,
+        };
+        self.n_traces += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n_traces == 0
+    }
+
+    /// Closed traces, oldest first, each oldest branch first.
+    pub fn traces(&self) -> impl Iterator<Item = (&[BranchEntry], TraceEnd)> {
+        self.traces[..self.n_traces].iter().map(|t| {
+            (
+                &self.entries[t.start as usize..(t.start + t.len) as usize],
+                t.end,
+            )
+        })
+    }
+
+    /// Empties the buffer for reuse.
+    pub fn clear(&mut self) {
+        self.n_entries = 0;
+        self.n_traces = 0;
+        self.open = None;
+    }
+}
+
+/// The two queues of a session.
+pub struct BufferPool {
+    pub free: ArrayQueue<Box<TraceBuffer>>,
+    pub full: ArrayQueue<Box<TraceBuffer>>,
+}
+
+impl BufferPool {
+    pub fn new() -> BufferPool {
+        BufferPool {
+            free: ArrayQueue::new(MAX_BUFFERS),
+            full: ArrayQueue::new(MAX_BUFFERS),
+        }
+    }
+
+    /// Adds `n` new buffers to the free queue (not from a handler: it
+    /// allocates). Returns how many fit.
+    pub fn grow(&self, n: usize) -> usize {
+        let mut added = 0;
+        for _ in 0..n {
+            if self.free.len() + self.full.len() >= MAX_BUFFERS
+                || self.free.push(TraceBuffer::new()).is_err()
+            {
+                break;
+            }
+            added += 1;
+        }
+        added
+    }
+}
+
+impl Default for BufferPool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traces_come_back_in_order_with_their_ends() {
+        let mut b = TraceBuffer::new();
+        assert!(b.has_room(32));
+        b.open_trace();
+        assert!(b.push(BranchEntry { from: 1, to: 2 }));
+        assert!(b.push(BranchEntry { from: 3, to: 4 }));
+        b.close_trace(TraceEnd::Complete);
+        b.open_trace();
+        b.close_trace(TraceEnd::Aborted(AbortReason::Rseq)); // empty: not kept
+        b.open_trace();
+        b.push(BranchEntry { from: 5, to: 6 });
+        b.close_trace(TraceEnd::Aborted(AbortReason::SpMismatch));
+        let got: Vec<_> = b.traces().map(|(e, end)| (e.to_vec(), end)).collect();
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            got[0].0,
+            vec![
+                BranchEntry { from: 1, to: 2 },
+                BranchEntry { from: 3, to: 4 }
+            ]
+        );
+        assert_eq!(got[1].1, TraceEnd::Aborted(AbortReason::SpMismatch));
+        b.clear();
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn room_check_reserves_a_whole_trace() {
+        let mut b = TraceBuffer::new();
+        let n = 1000;
+        let mut traces = 0;
+        while b.has_room(n) {
+            b.open_trace();
+            for i in 0..n {
+                assert!(b.push(BranchEntry {
+                    from: i as u64,
+                    to: 0
+                }));
+            }
+            b.close_trace(TraceEnd::Complete);
+            traces += 1;
+        }
+        assert_eq!(traces, BUFFER_ENTRIES / n);
+    }
+
+    #[test]
+    fn pool_is_bounded() {
+        let pool = BufferPool::new();
+        assert_eq!(pool.grow(3), 3);
+        assert_eq!(pool.free.len(), 3);
+    }
+}

@@ -1,0 +1,263 @@
+//! What LD_PRELOAD exposes: the load-time constructor (control thread,
+//! autostart), the exit and fork hooks, and the interposed `pthread_create`
+//! (threads created during a session are traced from their first
+//! instruction), `sigaction` and `signal` (the application's SIGTRAP
+//! handler is chained behind ours, never installed over it).
+//!
+//! Nothing here runs when the library is linked as an rlib (tests, tools):
+//! the constructor acts only when the library is really preloaded.
+
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::OnceLock;
+
+use crate::sys;
+use crate::trace::chain;
+
+use super::config::Options;
+use super::{session, socket};
+
+static SOCKET_PATH: OnceLock<PathBuf> = OnceLock::new();
+/// Pid that created the socket file (the exit hook of a fork child must
+/// not remove its parent's socket).
+static SOCKET_OWNER: AtomicI32 = AtomicI32::new(0);
+static AUTOSTARTED: AtomicBool = AtomicBool::new(false);
+static PRELOADED: AtomicBool = AtomicBool::new(false);
+
+fn env(key: &str) -> Option<String> {
+    std::env::var(key).ok()
+}
+
+fn preloaded() -> bool {
+    env("LD_PRELOAD").is_some_and(|p| p.contains("libbreakdance"))
+}
+
+/// Where the control socket goes: BREAKDANCE_SOCKET, else a per-pid path.
+fn socket_path() -> (PathBuf, bool) {
+    match env("BREAKDANCE_SOCKET").filter(|s| !s.is_empty()) {
+        Some(p) => (PathBuf::from(p), true),
+        None => (socket::default_path(sys::getpid()), false),
+    }
+}
+
+fn start_control_thread() {
+    let (path, explicit) = socket_path();
+    match socket::bind(&path) {
+        Ok(listener) => {
+            SOCKET_OWNER.store(sys::getpid(), Ordering::Release);
+            let _ = SOCKET_PATH.set(path);
+            let spawned = std::thread::Builder::new()
+                .name("breakdance-ctl".into())
+                .stack_size(256 * 1024)
+                .spawn(move || socket::serve(listener));
+            if spawned.is_err() {
+                sys::write_stderr(b"breakdance: cannot start the control thread\n");
+            }
+        }
+        // The default path is printed nowhere unless asked; a path the user
+        // chose that cannot be bound is worth a line.
+        Err(e) if explicit => {
+            sys::write_stderr(
+                format!("breakdance: control socket {}: {e}\n", path.display()).as_bytes(),
+            );
+        }
+        Err(_) => {}
+    }
+}
+
+/// For autostart: the output directory of this process. The first process
+/// of a `record` writes into BREAKDANCE_OUTPUT; every descendant that loads
+/// the library again (fork+exec) writes into a subdirectory named after
+/// its command and pid.
+fn autostart_options() -> Result<Options, String> {
+    let mut o = Options::from_env(env).map_err(|e| e.to_string())?;
+    let pid = sys::getpid();
+    let base = o
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(super::config::DEFAULT_OUTPUT));
+    match env("BREAKDANCE_ROOT_PID").and_then(|p| p.parse::<i32>().ok()) {
+        Some(root) if root != pid => {
+            let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+            let comm: String = comm
+                .trim()
+                .chars()
+                .map(|c| if c == '/' { '_' } else { c })
+                .collect();
+            o.output = Some(base.join(format!("{comm}.{pid}")));
+        }
+        Some(_) => o.output = Some(base),
+        None => {
+            // SAFETY: the constructor runs before main, with this thread
+            // the only one that touches the environment.
+            unsafe { std::env::set_var("BREAKDANCE_ROOT_PID", pid.to_string()) };
+            o.output = Some(base);
+        }
+    }
+    Ok(o)
+}
+
+extern "C" fn at_exit() {
+    if AUTOSTARTED.load(Ordering::Acquire) && session::session_running() {
+        if let Err(e) = session::stop() {
+            sys::write_stderr(format!("breakdance: writing the profile failed: {e}\n").as_bytes());
+        }
+    }
+    if SOCKET_OWNER.load(Ordering::Acquire) == sys::getpid() {
+        if let Some(p) = SOCKET_PATH.get() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+extern "C" fn after_fork_in_child() {
+    session::reset_after_fork();
+    AUTOSTARTED.store(false, Ordering::Release);
+    // A child may be started again through its own per-pid socket; an
+    // explicit socket path belongs to the parent.
+    if !socket_path().1 {
+        start_control_thread();
+    }
+}
+
+extern "C" fn init() {
+    if !preloaded() || PRELOADED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    std::panic::set_hook(Box::new(|info| {
+        sys::write_stderr(format!("breakdance: internal error: {info}\n").as_bytes());
+    }));
+    sys::warm_sigaction();
+    sys::at_fork(after_fork_in_child);
+    sys::at_exit(at_exit);
+    start_control_thread();
+    if env("BREAKDANCE_AUTOSTART").as_deref() == Some("1") {
+        let started =
+            autostart_options().and_then(|o| session::start(&o).map_err(|e| e.to_string()));
+        match started {
+            Ok(_) => AUTOSTARTED.store(true, Ordering::Release),
+            Err(e) => sys::write_stderr(format!("breakdance: not profiling: {e}\n").as_bytes()),
+        }
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+type RealPthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartRoutine,
+    *mut c_void,
+) -> i32;
+
+fn next_symbol(name: &std::ffi::CStr) -> *mut c_void {
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+    let sym = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if sym.is_null() {
+        crate::fatal(b"breakdance: a C library symbol it wraps is missing\n");
+    }
+    sym
+}
+
+fn real_pthread_create() -> RealPthreadCreate {
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let sym = *REAL.get_or_init(|| next_symbol(c"pthread_create") as usize);
+    // SAFETY: the symbol is libc's pthread_create.
+    unsafe { std::mem::transmute::<usize, RealPthreadCreate>(sym) }
+}
+
+struct Start {
+    routine: StartRoutine,
+    arg: *mut c_void,
+}
+
+extern "C" fn traced_thread(start: *mut c_void) -> *mut c_void {
+    // SAFETY: made by Box::into_raw in pthread_create below, used once.
+    let start = unsafe { Box::from_raw(start.cast::<Start>()) };
+    session::register_current_thread();
+    let ret = (start.routine)(start.arg);
+    session::unregister_current_thread();
+    ret
+}
+
+/// Interposed pthread_create: while a session runs, the new thread
+/// registers itself before running the application's start routine.
+///
+/// # Safety
+/// As pthread_create(3).
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    routine: StartRoutine,
+    arg: *mut c_void,
+) -> i32 {
+    let real = real_pthread_create();
+    if !session::session_running() || session::is_own_thread(sys::gettid()) {
+        // SAFETY: forwarded contract.
+        return unsafe { real(thread, attr, routine, arg) };
+    }
+    let start = Box::into_raw(Box::new(Start { routine, arg }));
+    // SAFETY: forwarded contract; traced_thread takes ownership of start.
+    let ret = unsafe { real(thread, attr, traced_thread, start.cast()) };
+    if ret != 0 {
+        // SAFETY: the thread was not created; the box is still ours.
+        drop(unsafe { Box::from_raw(start) });
+    }
+    ret
+}
+
+/// Interposed sigaction: SIGTRAP actions are kept for chaining while our
+/// handler is installed.
+///
+/// # Safety
+/// As sigaction(2).
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: i32,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> i32 {
+    // SAFETY: the caller passes null or valid pointers.
+    if sig == libc::SIGTRAP && chain::intercept(unsafe { act.as_ref() }, unsafe { old.as_mut() }) {
+        return 0;
+    }
+    // SAFETY: forwarded contract.
+    match unsafe { sys::real_sigaction(sig, act, old) } {
+        Ok(()) => 0,
+        Err(e) => {
+            sys::set_errno(e.0);
+            -1
+        }
+    }
+}
+
+type RealSignal = unsafe extern "C" fn(i32, libc::sighandler_t) -> libc::sighandler_t;
+
+/// Interposed signal: as sigaction, for the older interface (glibc's
+/// `signal` does not go through the exported `sigaction`).
+///
+/// # Safety
+/// As signal(2).
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
+    if sig == libc::SIGTRAP {
+        // SAFETY: plain data, all-zero is valid.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = handler;
+        act.sa_flags = libc::SA_RESTART;
+        // SAFETY: as above.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        if chain::intercept(Some(&act), Some(&mut old)) {
+            return old.sa_sigaction;
+        }
+    }
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let sym = *REAL.get_or_init(|| next_symbol(c"signal") as usize);
+    // SAFETY: the symbol is libc's signal.
+    unsafe { std::mem::transmute::<usize, RealSignal>(sym)(sig, handler) }
+}

@@ -1,0 +1,519 @@
+//! Session lifecycle: start, stop (with the writer), status.
+//!
+//! Two locks, both spin locks that a fork child can reset (a std Mutex held
+//! by another thread at fork time would stay locked forever in the child):
+//! `CONTROL` serialises the control operations; `REGISTRY` serialises
+//! thread registration (threads created during a session register
+//! themselves) against start and stop. Neither is ever taken in a handler.
+
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::aggregate::{self, Aggregate};
+use crate::buffer::AbortReason;
+use crate::decode;
+use crate::modules::{self, Module};
+use crate::output::{self, SessionReport};
+use crate::sys;
+use crate::trace::threads::{self, RegisterError, SamplingEvent};
+use crate::trace::{self, chain, handler, Tracer};
+
+use super::config::{self, Options, Resolved};
+
+/// A lock a fork child can reset.
+pub struct SpinLock<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: access to `value` is serialised by `locked`.
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+pub struct SpinGuard<'a, T>(&'a SpinLock<T>);
+
+impl<T> SpinLock<T> {
+    pub const fn new(value: T) -> Self {
+        SpinLock {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    pub fn lock(&self) -> SpinGuard<'_, T> {
+        let mut spins = 0u32;
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        SpinGuard(self)
+    }
+
+    /// Forgets any holder. Only for the child of a fork, where the holder
+    /// does not exist.
+    pub fn force_unlock(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+}
+
+impl<T> Deref for SpinGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock.
+        unsafe { &*self.0.value.get() }
+    }
+}
+
+impl<T> DerefMut for SpinGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the guard holds the lock.
+        unsafe { &mut *self.0.value.get() }
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    fn drop(&mut self) {
+        self.0.locked.store(false, Ordering::Release);
+    }
+}
+
+/// Threads of the library itself, never traced.
+const MAX_OWN_THREADS: usize = 8;
+static OWN_TIDS: [AtomicI32; MAX_OWN_THREADS] = [const { AtomicI32::new(0) }; MAX_OWN_THREADS];
+
+/// Marks the calling thread as one of the library's.
+pub fn mark_own_thread() {
+    let tid = sys::gettid();
+    for slot in &OWN_TIDS {
+        if slot
+            .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+pub fn unmark_own_thread() {
+    let tid = sys::gettid();
+    for slot in &OWN_TIDS {
+        let _ = slot.compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+pub fn is_own_thread(tid: i32) -> bool {
+    OWN_TIDS.iter().any(|t| t.load(Ordering::Acquire) == tid)
+}
+
+/// The sampling event while a session runs: threads created then register
+/// themselves with it.
+static REGISTRY: SpinLock<Option<SamplingEvent>> = SpinLock::new(None);
+
+struct Running {
+    resolved: Resolved,
+    started_ns: u64,
+    stop_worker: Arc<AtomicBool>,
+    worker: JoinHandle<(Aggregate, Vec<Module>)>,
+    modules_at_start: Vec<Module>,
+    threads_seen: u64,
+}
+
+/// Data of a stopped session whose outputs could not be written yet.
+struct Unwritten {
+    report: SessionReport,
+    agg: Aggregate,
+    modules: Vec<Module>,
+}
+
+#[derive(Default)]
+struct ControlState {
+    running: Option<Running>,
+    unwritten: Option<Unwritten>,
+}
+
+static CONTROL: SpinLock<Option<ControlState>> = SpinLock::new(None);
+
+/// Why `start` refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("a session is already running (stop it first)")]
+    AlreadyRunning,
+    #[error("{0}")]
+    Config(#[from] config::ConfigError),
+    #[error("cannot install the SIGTRAP handler: {0}")]
+    Handler(sys::Errno),
+    #[error("{0}{1}; the program keeps running unprofiled")]
+    Perf(RegisterError, String),
+    #[error("cannot read /proc/self: {0}")]
+    Proc(std::io::Error),
+}
+
+/// Why `stop` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StopError {
+    #[error("no session is running")]
+    NotRunning,
+    #[error("{0}; the session's data is kept: send stop again to retry")]
+    Write(#[from] output::WriteError),
+}
+
+fn pmu_available() -> bool {
+    let mut attr = sys::blank_attr();
+    attr.type_ = perf_event_open_sys::bindings::PERF_TYPE_HARDWARE;
+    attr.config = perf_event_open_sys::bindings::PERF_COUNT_HW_BRANCH_INSTRUCTIONS as u64;
+    attr.set_disabled(1);
+    attr.set_exclude_kernel(1);
+    attr.set_exclude_hv(1);
+    sys::perf_event_open(&mut attr, 0).is_ok()
+}
+
+fn hint_for(e: &RegisterError) -> String {
+    let errno = match e {
+        RegisterError::Sampling(e) | RegisterError::Breakpoint(e) | RegisterError::Arm(e) => *e,
+        RegisterError::TableFull => return String::new(),
+    };
+    match errno.0 {
+        libc::EACCES | libc::EPERM => format!(
+            " (kernel.perf_event_paranoid is {}: run as root or lower it, e.g. sysctl kernel.perf_event_paranoid=1)",
+            sys::perf_event_paranoid().map_or("unknown".to_string(), |p| p.to_string())
+        ),
+        libc::ENOSPC => " (no free hardware breakpoint slot: a debugger or another tool holds them)".to_string(),
+        libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV => {
+            " (this event does not exist here: machines without a PMU need -e task-clock)".to_string()
+        }
+        libc::EINVAL => " (the kernel refused the attributes: sigtrap needs Linux 5.13 or later)".to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Initialises everything the handlers touch lazily, before any signal
+/// can fire: iced's decoder tables, the real sigaction, the clock.
+fn warm_up() {
+    let code = [0x48u8, 0x89, 0xe5, 0x74, 0x02, 0xc3];
+    let mut insn = iced_x86::Instruction::default();
+    struct Bytes<'a>(&'a [u8]);
+    impl decode::CodeSource for Bytes<'_> {
+        fn code_at(&self, addr: u64) -> Option<&[u8]> {
+            self.0.get(addr as usize..)
+        }
+    }
+    let _ = decode::decode_segment(&Bytes(&code), 0, &mut insn);
+    sys::warm_sigaction();
+    let _ = sys::now_ns();
+    let _ = sys::gettid();
+}
+
+fn exec_ranges(mods: &[Module]) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+    let exec = mods
+        .iter()
+        .flat_map(|m| m.exec.iter().map(|x| (x.start, x.end)))
+        .collect();
+    let rseq = mods.iter().flat_map(|m| m.rseq.iter().copied()).collect();
+    (exec, rseq)
+}
+
+/// The worker: aggregates full buffers, and follows changes of the
+/// mappings (dlopen) so that new code is traced and named.
+fn worker(tracer: &'static Tracer, stop: Arc<AtomicBool>) -> (Aggregate, Vec<Module>) {
+    mark_own_thread();
+    let mut agg = Aggregate::default();
+    let mut ends = aggregate::EndCounts::default();
+    let mut seen: Vec<Module> = Vec::new();
+    let mut last_maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut last_check = sys::now_ns();
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        let drained = aggregate::drain(&tracer.pool, &mut agg, &mut ends);
+        if sys::now_ns() - last_check > 200_000_000 {
+            last_check = sys::now_ns();
+            if let Ok(text) = std::fs::read_to_string("/proc/self/maps") {
+                if text != last_maps {
+                    let mods = modules::modules_from_maps(&modules::parse_maps(&text));
+                    let (exec, rseq) = exec_ranges(&mods);
+                    tracer.exec.update(&exec, &rseq);
+                    seen.extend(mods);
+                    last_maps = text;
+                }
+            }
+        }
+        if drained == 0 {
+            if stopping {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    unmark_own_thread();
+    (agg, seen)
+}
+
+/// Starts a session with `options`.
+pub fn start(options: &Options) -> Result<String, StartError> {
+    let mut guard = CONTROL.lock();
+    let state = guard.get_or_insert_with(ControlState::default);
+    if state.running.is_some() {
+        return Err(StartError::AlreadyRunning);
+    }
+    let resolved = config::resolve(options, options.event.is_none() && pmu_available())?;
+    warm_up();
+    let tracer = trace::tracer_or_init();
+    let mods = modules::modules_from_maps(&modules::read_self_maps().map_err(StartError::Proc)?);
+    let (exec, rseq) = exec_ranges(&mods);
+    tracer.exec.update(&exec, &rseq);
+    tracer.retired.reset();
+    tracer.table_full.store(0, Ordering::Relaxed);
+    tracer.lbr.store(resolved.lbr, Ordering::Relaxed);
+    chain::install(handler::on_sigtrap).map_err(StartError::Handler)?;
+
+    let mut registry = REGISTRY.lock();
+    let mut registered = 0u64;
+    let tids = sys::thread_ids().map_err(StartError::Proc)?;
+    for tid in tids.into_iter().filter(|t| !is_own_thread(*t)) {
+        match threads::register(tracer, tid, &resolved.sampling) {
+            Ok(()) => registered += 1,
+            // A thread that exited meanwhile.
+            Err(RegisterError::Sampling(e) | RegisterError::Breakpoint(e))
+                if e.0 == libc::ESRCH => {}
+            Err(e) if registered == 0 => {
+                threads::close_all(tracer);
+                drop(registry);
+                let _ = chain::uninstall();
+                let hint = hint_for(&e);
+                return Err(StartError::Perf(e, hint));
+            }
+            Err(_) => {}
+        }
+    }
+    *registry = Some(resolved.sampling);
+    tracer.running.store(true, Ordering::Release);
+    drop(registry);
+
+    let stop_worker = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let stop = stop_worker.clone();
+        std::thread::Builder::new()
+            .name("breakdance-worker".into())
+            .spawn(move || worker(tracer, stop))
+            .expect("spawning the worker thread")
+    };
+    let reply = format!(
+        "{{\"state\":\"running\",\"event\":\"{}\",\"lbr\":{},\"threads\":{},\"output_dir\":\"{}\"}}",
+        resolved.event.name(),
+        resolved.lbr,
+        registered,
+        resolved.output.display()
+    );
+    state.running = Some(Running {
+        resolved,
+        started_ns: sys::now_ns(),
+        stop_worker,
+        worker,
+        modules_at_start: mods,
+        threads_seen: registered,
+    });
+    state.unwritten = None;
+    Ok(reply)
+}
+
+/// Registers the calling thread if a session runs (threads created during
+/// a session, from the pthread_create interposer).
+pub fn register_current_thread() {
+    let registry = REGISTRY.lock();
+    if let (Some(event), Some(tracer)) = (registry.as_ref(), trace::tracer()) {
+        let tid = sys::gettid();
+        // A slot under this tid is a dead thread's whose tid was reused.
+        if let Some(stale) = tracer.slot_of(tid) {
+            threads::close(tracer, stale, AbortReason::ThreadExit);
+        }
+        let _ = threads::register(tracer, tid, event);
+    }
+}
+
+/// Unregisters the calling thread as it exits.
+pub fn unregister_current_thread() {
+    let _registry = REGISTRY.lock();
+    if let Some(tracer) = trace::tracer() {
+        if let Some(slot) = tracer.slot_of(sys::gettid()) {
+            threads::close(tracer, slot, AbortReason::ThreadExit);
+        }
+    }
+}
+
+pub fn session_running() -> bool {
+    trace::tracer().is_some_and(|t| t.running.load(Ordering::Acquire))
+}
+
+fn command_line() -> String {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (briefly) until no traced thread has a SIGTRAP pending, so that
+/// giving SIGTRAP back to the application cannot hand it one of ours.
+fn pending_traps_cleared(tids: &[i32]) -> bool {
+    let bit = 1u64 << (libc::SIGTRAP - 1);
+    for _ in 0..100 {
+        if tids
+            .iter()
+            .all(|&t| sys::pending_signals(t).is_none_or(|m| m & bit == 0))
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
+}
+
+/// Stops the session and writes its outputs. Returns summary.json's text.
+pub fn stop() -> Result<String, StopError> {
+    let mut guard = CONTROL.lock();
+    let state = guard.get_or_insert_with(ControlState::default);
+    let Some(running) = state.running.take() else {
+        let Some(unwritten) = state.unwritten.take() else {
+            return Err(StopError::NotRunning);
+        };
+        return write(state, unwritten);
+    };
+    let tracer = trace::tracer_or_init();
+    let mut registry = REGISTRY.lock();
+    *registry = None;
+    tracer.running.store(false, Ordering::Release);
+    let tids = threads::close_all(tracer);
+    drop(registry);
+    if pending_traps_cleared(&tids) {
+        let _ = chain::uninstall();
+    }
+    running.stop_worker.store(true, Ordering::Release);
+    let (agg, seen) = running.worker.join().unwrap_or_default();
+
+    // Modules: those mapped at start, those the worker saw appear, and the
+    // current ones; the first of each path wins.
+    let mut mods = running.modules_at_start;
+    mods.extend(seen);
+    if let Ok(maps) = modules::read_self_maps() {
+        mods.extend(modules::modules_from_maps(&maps));
+    }
+    let mut unique: Vec<Module> = Vec::new();
+    for m in mods {
+        if !unique
+            .iter()
+            .any(|u| u.path == m.path && u.load_address == m.load_address)
+        {
+            unique.push(m);
+        }
+    }
+    let r = &running.resolved;
+    let counters = tracer.totals();
+    let report = SessionReport {
+        pid: sys::getpid(),
+        command: command_line(),
+        output_dir: absolute(&r.output),
+        event: r.event.name().to_string(),
+        period: r.period,
+        freq: r.freq,
+        lbr: r.lbr,
+        duration_ns: sys::now_ns() - running.started_ns,
+        threads: running.threads_seen.max(tids.len() as u64),
+        counters,
+        thread_table_full: tracer.table_full.load(Ordering::Relaxed),
+    };
+    write(
+        state,
+        Unwritten {
+            report,
+            agg,
+            modules: unique,
+        },
+    )
+}
+
+fn absolute(p: &std::path::Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+fn write(state: &mut ControlState, u: Unwritten) -> Result<String, StopError> {
+    match output::write_session(&u.report, &u.agg, &u.modules) {
+        Ok(_) => Ok(
+            std::fs::read_to_string(u.report.output_dir.join("summary.json"))
+                .unwrap_or_default()
+                .trim_end()
+                .to_string(),
+        ),
+        Err(e) => {
+            state.unwritten = Some(u);
+            Err(StopError::Write(e))
+        }
+    }
+}
+
+/// Live state and counters, one JSON line.
+pub fn status() -> String {
+    let guard = CONTROL.lock();
+    let running = guard.as_ref().and_then(|s| s.running.as_ref());
+    let Some(run) = running else {
+        let unwritten = guard.as_ref().is_some_and(|s| s.unwritten.is_some());
+        return format!("{{\"state\":\"off\",\"unwritten_session\":{unwritten}}}");
+    };
+    let tracer = trace::tracer_or_init();
+    let c = tracer.totals();
+    format!(
+        "{{\"state\":\"running\",\"event\":\"{}\",\"lbr\":{},\"output_dir\":\"{}\",\"elapsed_ns\":{},\"threads\":{},\
+         \"samples\":{},\"traces_started\":{},\"traces_completed\":{},\"traces_aborted\":{},\"entries_recorded\":{},\
+         \"breakpoints\":{},\"buffer_swaps\":{},\"no_free_buffer\":{},\"handler_ns\":{}}}",
+        run.resolved.event.name(),
+        run.resolved.lbr,
+        run.resolved.output.display(),
+        sys::now_ns() - run.started_ns,
+        tracer.live_slots().count(),
+        c.samples,
+        c.traces_started,
+        c.traces_completed,
+        c.aborted(),
+        c.entries_recorded,
+        c.breakpoints,
+        c.buffer_swaps,
+        c.no_free_buffer,
+        c.sampling_ns + c.breakpoint_ns
+    )
+}
+
+/// In the child of a fork: no events, no worker, no holder of any lock.
+/// Drops the parent's session state without touching the parent's
+/// resources (the worker does not exist here) and gives SIGTRAP back.
+pub fn reset_after_fork() {
+    CONTROL.force_unlock();
+    REGISTRY.force_unlock();
+    chain::reset_after_fork();
+    *REGISTRY.lock() = None;
+    if let Some(state) = CONTROL.lock().take() {
+        // The parent's worker handle and buffers are the parent's.
+        std::mem::forget(state);
+    }
+    for t in &OWN_TIDS {
+        t.store(0, Ordering::Relaxed);
+    }
+    if let Some(tracer) = trace::tracer() {
+        tracer.running.store(false, Ordering::Release);
+        trace::forget_parent_threads(tracer);
+    }
+    let _ = chain::uninstall();
+}

@@ -1,0 +1,253 @@
+//! Loaded modules: the executable file mappings of /proc/self/maps and what
+//! their ELF files say (load bias, build id, first PT_LOAD address, rseq
+//! critical sections). Used at session start (the handler's table of
+//! executable ranges, rseq ranges) and by the writer (module-relative
+//! addresses, MMAP2 lines). Not for handlers: it reads files and allocates.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use object::elf;
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::{Endianness, Object, ObjectSection};
+
+/// One line of /proc/self/maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub offset: u64,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+    /// File path, or a bracketed name like `[vdso]`, or empty.
+    pub path: String,
+}
+
+impl Mapping {
+    pub fn is_exec(&self) -> bool {
+        self.perms.as_bytes().get(2) == Some(&b'x')
+    }
+
+    /// A mapping of a file (not anonymous, not `[vdso]`, not deleted).
+    pub fn is_file(&self) -> bool {
+        self.path.starts_with('/') && self.inode != 0 && !self.path.ends_with(" (deleted)")
+    }
+}
+
+/// Parses the text of a /proc/PID/maps file.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines().filter_map(parse_maps_line).collect()
+}
+
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut fields = line.splitn(6, ' ');
+    let range = fields.next()?;
+    let perms = fields.next()?.to_string();
+    let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+    let (maj, min) = fields.next()?.split_once(':')?;
+    let inode = fields.next()?.parse().ok()?;
+    let path = fields.next().unwrap_or("").trim_start().to_string();
+    let (start, end) = range.split_once('-')?;
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        perms,
+        offset,
+        dev_major: u32::from_str_radix(maj, 16).ok()?,
+        dev_minor: u32::from_str_radix(min, 16).ok()?,
+        inode,
+        path,
+    })
+}
+
+pub fn read_self_maps() -> std::io::Result<Vec<Mapping>> {
+    Ok(parse_maps(&std::fs::read_to_string("/proc/self/maps")?))
+}
+
+/// A loaded ELF module and where it sits in memory.
+#[derive(Clone, Debug)]
+pub struct Module {
+    pub path: PathBuf,
+    /// Executable mappings of the file.
+    pub exec: Vec<Mapping>,
+    /// All mappings of the file (for the load address).
+    pub load_address: u64,
+    /// Runtime address minus link-time address.
+    pub bias: u64,
+    /// p_vaddr of the first PT_LOAD: AutoFDO offsets are taken from it.
+    pub first_load_vaddr: u64,
+    pub build_id: Option<String>,
+    /// rseq critical sections, runtime [start, end).
+    pub rseq: Vec<(u64, u64)>,
+}
+
+impl Module {
+    /// The offset create_llvm_prof and BOLT expect for a runtime address.
+    pub fn offset_of(&self, addr: u64) -> u64 {
+        addr.wrapping_sub(self.bias)
+            .wrapping_sub(self.first_load_vaddr)
+    }
+
+    pub fn contains(&self, addr: u64) -> bool {
+        self.exec.iter().any(|m| m.start <= addr && addr < m.end)
+    }
+
+    pub fn basename(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+struct ElfFacts {
+    /// (p_vaddr, p_offset) of each PT_LOAD.
+    loads: Vec<(u64, u64)>,
+    build_id: Option<String>,
+    /// (link-time address, size) of the __rseq_cs section.
+    rseq_section: Option<(u64, u64)>,
+}
+
+fn elf_facts(path: &Path) -> Option<ElfFacts> {
+    let data = std::fs::read(path).ok()?;
+    let file = ElfFile64::<Endianness>::parse(&*data).ok()?;
+    let endian = file.endian();
+    let mut loads = Vec::new();
+    for ph in file.elf_header().program_headers(endian, &*data).ok()? {
+        if ph.p_type(endian) == elf::PT_LOAD {
+            loads.push((ph.p_vaddr(endian), ph.p_offset(endian)));
+        }
+    }
+    let build_id = file
+        .build_id()
+        .ok()
+        .flatten()
+        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    let rseq_section = file
+        .section_by_name("__rseq_cs")
+        .map(|s| (s.address(), s.size()));
+    Some(ElfFacts {
+        loads,
+        build_id,
+        rseq_section,
+    })
+}
+
+const PAGE: u64 = 4096;
+
+/// Groups the executable file mappings by file and reads each ELF once.
+/// Files that are not ELF (or unreadable) are kept with a zero bias so that
+/// their addresses still show in perf.script.
+pub fn modules_from_maps(maps: &[Mapping]) -> Vec<Module> {
+    let mut by_path: BTreeMap<&str, Vec<&Mapping>> = BTreeMap::new();
+    for m in maps.iter().filter(|m| m.is_file()) {
+        by_path.entry(&m.path).or_default().push(m);
+    }
+    let mut modules = Vec::new();
+    for (path, maps) in by_path {
+        let exec: Vec<Mapping> = maps
+            .iter()
+            .filter(|m| m.is_exec())
+            .map(|m| (*m).clone())
+            .collect();
+        if exec.is_empty() {
+            continue;
+        }
+        let load_address = maps.iter().map(|m| m.start - m.offset).min().unwrap_or(0);
+        let facts = elf_facts(Path::new(path));
+        let (bias, first_load_vaddr, build_id, rseq_section) = match &facts {
+            Some(f) => {
+                // The mapping of file offset `off` at `start` belongs to the
+                // PT_LOAD whose page-aligned offset is `off`.
+                let m = &exec[0];
+                let bias = f
+                    .loads
+                    .iter()
+                    .find(|(_, off)| off & !(PAGE - 1) == m.offset)
+                    .map(|(vaddr, _)| m.start.wrapping_sub(vaddr & !(PAGE - 1)))
+                    .unwrap_or(load_address);
+                let first = f.loads.first().map_or(0, |(vaddr, _)| vaddr & !(PAGE - 1));
+                (bias, first, f.build_id.clone(), f.rseq_section)
+            }
+            None => (load_address, 0, None, None),
+        };
+        let rseq = rseq_section
+            .map(|(addr, size)| read_rseq_ranges(addr.wrapping_add(bias), size, maps.as_slice()))
+            .unwrap_or_default();
+        modules.push(Module {
+            path: PathBuf::from(path),
+            exec,
+            load_address,
+            bias,
+            first_load_vaddr,
+            build_id,
+            rseq,
+        });
+    }
+    modules
+}
+
+/// Reads `struct rseq_cs { u32 version, flags; u64 start_ip,
+/// post_commit_offset, abort_ip; }` records from the relocated section in
+/// memory (the file holds unrelocated values for PIE).
+fn read_rseq_ranges(addr: u64, size: u64, maps: &[&Mapping]) -> Vec<(u64, u64)> {
+    let readable = maps
+        .iter()
+        .any(|m| m.start <= addr && addr + size <= m.end && m.perms.starts_with('r'));
+    if !readable || size % 32 != 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for i in 0..size / 32 {
+        let rec = (addr + i * 32) as *const u64;
+        // SAFETY: the record lies inside a readable mapping of this process
+        // (checked above); the section is 32-byte aligned by the ABI.
+        let (start, len) = unsafe { (rec.add(1).read_unaligned(), rec.add(2).read_unaligned()) };
+        if len > 0 && len < 1 << 20 {
+            out.push((start, start + len));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_parse() {
+        let text = "55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1234 /usr/bin/prog\n\
+                    55d0c0a01000-55d0c0a02000 r-xp 00001000 fd:01 1234 /usr/bin/prog\n\
+                    7ffd1000-7ffd3000 r-xp 00000000 00:00 0                          [vdso]\n\
+                    7f0000000000-7f0000001000 rw-p 00000000 00:00 0 \n";
+        let maps = parse_maps(text);
+        assert_eq!(maps.len(), 4);
+        assert_eq!(maps[1].start, 0x55d0c0a01000);
+        assert_eq!(maps[1].offset, 0x1000);
+        assert_eq!(
+            (maps[1].dev_major, maps[1].dev_minor, maps[1].inode),
+            (0xfd, 1, 1234)
+        );
+        assert!(maps[1].is_exec() && maps[1].is_file());
+        assert!(maps[2].is_exec() && !maps[2].is_file());
+        assert_eq!(maps[3].path, "");
+    }
+
+    #[test]
+    fn own_test_binary_is_a_module_with_a_bias() {
+        let maps = read_self_maps().unwrap();
+        let modules = modules_from_maps(&maps);
+        let me = std::env::current_exe().unwrap();
+        let m = modules
+            .iter()
+            .find(|m| m.path == me)
+            .expect("the test binary is mapped");
+        let here = own_test_binary_is_a_module_with_a_bias as *const () as usize as u64;
+        assert!(m.contains(here));
+        // The function's offset lands inside the file's text.
+        assert!(m.offset_of(here) < std::fs::metadata(&me).unwrap().len());
+        assert!(m.build_id.is_some());
+    }
+}

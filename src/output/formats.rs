@@ -1,0 +1,347 @@
+//! The text formats the downstream tools read (DESIGN.md, "Output formats").
+//! Pure functions from the aggregate and the module list to text.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::aggregate::Aggregate;
+use crate::modules::Module;
+
+/// `perf script -F ip,brstack --show-mmap-events` text, as llvm-profgen
+/// `--perfscript` reads it: a PERF_RECORD_MMAP2 line per executable file
+/// mapping, then one line per distinct trace (newest branch first),
+/// preceded by its repeat count when above one. Traces are written in a
+/// stable order (most frequent first) so that equal runs give equal files.
+pub fn perf_script(agg: &Aggregate, modules: &[Module], pid: i32) -> String {
+    let mut out = String::new();
+    for m in modules {
+        for map in &m.exec {
+            let _ = writeln!(
+                out,
+                "PERF_RECORD_MMAP2 {pid}/{pid}: [{:#x}({:#x}) @ {:#x} {:02x}:{:02x} {} 0]: {} {}",
+                map.start,
+                map.end - map.start,
+                map.offset,
+                map.dev_major,
+                map.dev_minor,
+                map.inode,
+                map.perms,
+                map.path
+            );
+        }
+    }
+    let mut traces: Vec<_> = agg.traces.iter().collect();
+    traces.sort_unstable_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    for (entries, &count) in traces {
+        if count > 1 {
+            let _ = writeln!(out, "{count}");
+        }
+        // The sample ip: where the newest branch went.
+        let ip = entries.last().map_or(0, |e| e.to);
+        let _ = write!(out, "{ip:x}");
+        for e in entries.iter().rev() {
+            let _ = write!(out, " {:#x}/{:#x}/P/-/-/0", e.from, e.to);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Per-module counts in module-relative offsets.
+#[derive(Default, Debug, PartialEq, Eq)]
+pub struct ModuleProfile {
+    pub ranges: BTreeMap<(u64, u64), u64>,
+    pub addresses: BTreeMap<u64, u64>,
+    pub branches: BTreeMap<(u64, u64), u64>,
+}
+
+impl ModuleProfile {
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty() && self.branches.is_empty()
+    }
+
+    pub fn branch_count(&self) -> u64 {
+        self.branches.values().sum()
+    }
+}
+
+/// The counts of `agg` that lie in `module`: ranges with both ends in it,
+/// branches whose source and target are in it (a call into another module
+/// belongs to neither's AutoFDO profile), and sample addresses.
+pub fn module_profile(agg: &Aggregate, module: &Module) -> ModuleProfile {
+    let mut p = ModuleProfile::default();
+    for (&(begin, end), &n) in &agg.ranges {
+        if begin <= end && module.contains(begin) && module.contains(end) {
+            *p.ranges
+                .entry((module.offset_of(begin), module.offset_of(end)))
+                .or_default() += n;
+        }
+    }
+    for (&(from, to), &n) in &agg.branches {
+        if module.contains(from) && module.contains(to) {
+            *p.branches
+                .entry((module.offset_of(from), module.offset_of(to)))
+                .or_default() += n;
+        }
+    }
+    for (entries, &n) in &agg.traces {
+        if let Some(last) = entries.last() {
+            if module.contains(last.to) {
+                *p.addresses.entry(module.offset_of(last.to)).or_default() += n;
+            }
+        }
+    }
+    p
+}
+
+/// The `create_llvm_prof --profiler=text` format: ranges, addresses and
+/// branches sections, each a decimal count and then its records, hex
+/// without `0x`.
+pub fn afdo_text(p: &ModuleProfile) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", p.ranges.len());
+    for (&(b, e), n) in &p.ranges {
+        let _ = writeln!(out, "{b:x}-{e:x}:{n}");
+    }
+    let _ = writeln!(out, "{}", p.addresses.len());
+    for (a, n) in &p.addresses {
+        let _ = writeln!(out, "{a:x}:{n}");
+    }
+    let _ = writeln!(out, "{}", p.branches.len());
+    for (&(f, t), n) in &p.branches {
+        let _ = writeln!(out, "{f:x}->{t:x}:{n}");
+    }
+    out
+}
+
+/// BOLT's pre-aggregated profile (`llvm-bolt -pa`): `B FROM TO COUNT
+/// MISPRED` for taken branches and `F START END COUNT` for fall-through
+/// ranges, offsets as for AutoFDO. Mispredictions are unknown (0).
+pub fn bolt_preaggregated(p: &ModuleProfile) -> String {
+    let mut out = String::new();
+    for (&(f, t), n) in &p.branches {
+        let _ = writeln!(out, "B {f:x} {t:x} {n} 0");
+    }
+    for (&(b, e), n) in &p.ranges {
+        let _ = writeln!(out, "F {b:x} {e:x} {n}");
+    }
+    out
+}
+
+/// A minimal JSON writer for summary.json (the library carries no JSON
+/// dependency for one file).
+pub struct Json {
+    out: String,
+    first: Vec<bool>,
+}
+
+impl Json {
+    pub fn new() -> Json {
+        Json {
+            out: String::new(),
+            first: Vec::new(),
+        }
+    }
+
+    fn sep(&mut self) {
+        if let Some(first) = self.first.last_mut() {
+            if !*first {
+                self.out.push(',');
+            }
+            *first = false;
+        }
+    }
+
+    fn key(&mut self, k: &str) {
+        self.sep();
+        self.string_raw(k);
+        self.out.push(':');
+    }
+
+    fn string_raw(&mut self, s: &str) {
+        self.out.push('"');
+        for ch in s.chars() {
+            match ch {
+                '"' => self.out.push_str("\\\""),
+                '\\' => self.out.push_str("\\\\"),
+                '\n' => self.out.push_str("\\n"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(self.out, "\\u{:04x}", c as u32);
+                }
+                c => self.out.push(c),
+            }
+        }
+        self.out.push('"');
+    }
+
+    pub fn begin_object(&mut self, k: Option<&str>) -> &mut Self {
+        match k {
+            Some(k) => self.key(k),
+            None => self.sep(),
+        }
+        self.out.push('{');
+        self.first.push(true);
+        self
+    }
+
+    pub fn end_object(&mut self) -> &mut Self {
+        self.out.push('}');
+        self.first.pop();
+        self
+    }
+
+    pub fn begin_array(&mut self, k: &str) -> &mut Self {
+        self.key(k);
+        self.out.push('[');
+        self.first.push(true);
+        self
+    }
+
+    pub fn end_array(&mut self) -> &mut Self {
+        self.out.push(']');
+        self.first.pop();
+        self
+    }
+
+    pub fn num(&mut self, k: &str, v: u64) -> &mut Self {
+        self.key(k);
+        let _ = write!(self.out, "{v}");
+        self
+    }
+
+    pub fn opt_num(&mut self, k: &str, v: Option<u64>) -> &mut Self {
+        match v {
+            Some(v) => self.num(k, v),
+            None => {
+                self.key(k);
+                self.out.push_str("null");
+                self
+            }
+        }
+    }
+
+    pub fn str(&mut self, k: &str, v: &str) -> &mut Self {
+        self.key(k);
+        self.string_raw(v);
+        self
+    }
+
+    pub fn item_str(&mut self, v: &str) -> &mut Self {
+        self.sep();
+        self.string_raw(v);
+        self
+    }
+
+    pub fn finish(self) -> String {
+        self.out
+    }
+}
+
+impl Default for Json {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::BranchEntry;
+    use crate::modules::Mapping;
+    use std::path::PathBuf;
+
+    fn module() -> Module {
+        Module {
+            path: PathBuf::from("/bin/prog"),
+            exec: vec![Mapping {
+                start: 0x55_0000_1000,
+                end: 0x55_0000_3000,
+                perms: "r-xp".into(),
+                offset: 0x1000,
+                dev_major: 0xfd,
+                dev_minor: 1,
+                inode: 42,
+                path: "/bin/prog".into(),
+            }],
+            load_address: 0x55_0000_0000,
+            bias: 0x55_0000_0000,
+            first_load_vaddr: 0,
+            build_id: None,
+            rseq: vec![],
+        }
+    }
+
+    fn agg() -> Aggregate {
+        let mut agg = Aggregate::default();
+        let e = |f: u64, t: u64| BranchEntry {
+            from: 0x55_0000_0000 + f,
+            to: 0x55_0000_0000 + t,
+        };
+        for _ in 0..3 {
+            agg.add_trace(&[e(0x1150, 0x1130), e(0x1150, 0x1130)]);
+        }
+        agg.add_trace(&[
+            e(0x1150, 0x1160),
+            BranchEntry {
+                from: 0x55_0000_1170,
+                to: 0x7f00_0000_0000,
+            },
+        ]);
+        agg
+    }
+
+    #[test]
+    fn perf_script_lists_mmaps_then_traces_newest_first() {
+        let text = perf_script(&agg(), &[module()], 77);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "PERF_RECORD_MMAP2 77/77: [0x5500001000(0x2000) @ 0x1000 fd:01 42 0]: r-xp /bin/prog"
+        );
+        assert_eq!(lines[1], "3");
+        assert_eq!(
+            lines[2],
+            "5500001130 0x5500001150/0x5500001130/P/-/-/0 0x5500001150/0x5500001130/P/-/-/0"
+        );
+        assert_eq!(
+            lines[3],
+            "7f0000000000 0x5500001170/0x7f0000000000/P/-/-/0 0x5500001150/0x5500001160/P/-/-/0"
+        );
+        assert!(!text.contains('\t'));
+    }
+
+    #[test]
+    fn afdo_text_uses_module_offsets_and_keeps_in_module_edges() {
+        let p = module_profile(&agg(), &module());
+        let text = afdo_text(&p);
+        assert_eq!(
+            text,
+            "2\n1130-1150:3\n1160-1170:1\n1\n1130:3\n2\n1150->1130:6\n1150->1160:1\n"
+        );
+        assert_eq!(
+            bolt_preaggregated(&p).lines().next(),
+            Some("B 1150 1130 6 0")
+        );
+    }
+
+    #[test]
+    fn json_escapes_and_nests() {
+        let mut j = Json::new();
+        j.begin_object(None)
+            .str("p", "a\"b\\c\n")
+            .num("n", 3)
+            .opt_num("x", None);
+        j.begin_array("files")
+            .item_str("f1")
+            .item_str("f2")
+            .end_array();
+        j.begin_object(Some("o"))
+            .num("k", 1)
+            .end_object()
+            .end_object();
+        assert_eq!(
+            j.finish(),
+            r#"{"p":"a\"b\\c\n","n":3,"x":null,"files":["f1","f2"],"o":{"k":1}}"#
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! The writer: annotates the aggregate with its modules and writes
+//! perf.script, one AutoFDO text and one BOLT profile per module with
+//! samples, and summary.json. Every file is written to a temporary name in
+//! the output directory and renamed into place, so a reader never sees half
+//! a file and a failed write leaves the previous file intact.
+
+pub mod formats;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::aggregate::Aggregate;
+use crate::buffer::AbortReason;
+use crate::modules::Module;
+use crate::trace::counters::CounterValues;
+
+use formats::Json;
+
+/// A failed write, naming the file.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {}: {source}", path.display())]
+pub struct WriteError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// What summary.json reports besides the aggregate.
+pub struct SessionReport {
+    pub pid: i32,
+    pub command: String,
+    pub output_dir: PathBuf,
+    pub event: String,
+    pub period: Option<u64>,
+    pub freq: Option<u64>,
+    pub lbr: usize,
+    pub duration_ns: u64,
+    pub threads: u64,
+    pub counters: CounterValues,
+    pub thread_table_full: u64,
+}
+
+/// Writes `contents` to `dir/name` atomically.
+pub fn write_atomic(dir: &Path, name: &str, contents: &[u8]) -> Result<(), WriteError> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let err = |source| WriteError {
+        path: path.clone(),
+        source,
+    };
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(contents)?;
+        f.sync_data()?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(err)
+}
+
+/// File names for a module's profiles: its basename, made unique when two
+/// modules share one.
+fn module_file_stem(module: &Module, used: &mut Vec<String>) -> String {
+    let base = module.basename();
+    let mut stem = base.clone();
+    let mut i = 2;
+    while used.contains(&stem) {
+        stem = format!("{base}.{i}");
+        i += 1;
+    }
+    used.push(stem.clone());
+    stem
+}
+
+/// Writes all outputs of a session into `report.output_dir`; returns the
+/// file names written.
+pub fn write_session(
+    report: &SessionReport,
+    agg: &Aggregate,
+    modules: &[Module],
+) -> Result<Vec<String>, WriteError> {
+    let dir = &report.output_dir;
+    std::fs::create_dir_all(dir).map_err(|source| WriteError {
+        path: dir.clone(),
+        source,
+    })?;
+    let mut files = Vec::new();
+    write_atomic(
+        dir,
+        "perf.script",
+        formats::perf_script(agg, modules, report.pid).as_bytes(),
+    )?;
+    files.push("perf.script".to_string());
+
+    let mut used = Vec::new();
+    let mut module_rows = Vec::new();
+    for m in modules {
+        let p = formats::module_profile(agg, m);
+        if p.is_empty() {
+            continue;
+        }
+        let stem = module_file_stem(m, &mut used);
+        let afdo = format!("{stem}.afdo.txt");
+        let bolt = format!("{stem}.bolt.fdata");
+        write_atomic(dir, &afdo, formats::afdo_text(&p).as_bytes())?;
+        write_atomic(dir, &bolt, formats::bolt_preaggregated(&p).as_bytes())?;
+        files.push(afdo.clone());
+        files.push(bolt.clone());
+        module_rows.push((m, afdo, bolt, p.branch_count()));
+    }
+    files.push("summary.json".to_string());
+
+    let c = &report.counters;
+    let mut j = Json::new();
+    j.begin_object(None)
+        .num("pid", report.pid as u64)
+        .str("command", &report.command)
+        .str("output_dir", &report.output_dir.to_string_lossy());
+    j.begin_object(Some("config"))
+        .str("event", &report.event)
+        .opt_num("period", report.period)
+        .opt_num("freq", report.freq)
+        .num("lbr", report.lbr as u64)
+        .end_object();
+    j.num("duration_ns", report.duration_ns)
+        .num("threads", report.threads)
+        .num("samples", c.samples)
+        .num("traces_started", c.traces_started)
+        .num("traces_completed", c.traces_completed)
+        .num("traces_aborted", c.aborted())
+        .num("traces_written", agg.traces_seen - agg.traces_not_kept)
+        .num("distinct_traces", agg.traces.len() as u64)
+        .num("entries_recorded", c.entries_recorded)
+        .num("entries_written", agg.entries_kept())
+        .num("breakpoints", c.breakpoints)
+        .num("statically_resolved", c.statically_resolved)
+        .num("dynamically_evaluated", c.dynamically_evaluated)
+        .num("dynamic_taken", c.dynamic_taken)
+        .num("buffer_swaps", c.buffer_swaps)
+        .num("sp_unchecked", c.sp_unchecked)
+        .num("segments_decoded", c.segments_decoded)
+        .num("segments_cached", c.segments_cached);
+    j.begin_object(Some("handler_ns"))
+        .num("sampling", c.sampling_ns)
+        .num("breakpoint", c.breakpoint_ns)
+        .num("decode", c.decode_ns)
+        .end_object();
+    j.begin_object(Some("aborts"));
+    for r in AbortReason::ALL {
+        j.num(r.name(), c.aborts[r as usize]);
+    }
+    j.end_object();
+    j.begin_object(Some("drops"))
+        .num("no_free_buffer", c.no_free_buffer)
+        .num("thread_table_full", report.thread_table_full)
+        .num("trace_table_full", agg.traces_not_kept)
+        .num("trace_table_full_entries", agg.entries_not_kept)
+        .num("buffer_overflow_entries", c.full_buffer_entries_lost)
+        .end_object();
+    j.begin_array("modules");
+    for (m, afdo, bolt, branches) in &module_rows {
+        j.begin_object(None)
+            .str("path", &m.path.to_string_lossy())
+            .str("build_id", m.build_id.as_deref().unwrap_or(""))
+            .str("load_address", &format!("{:#x}", m.load_address))
+            .str("bias", &format!("{:#x}", m.bias))
+            .str("afdo", afdo)
+            .str("bolt", bolt)
+            .num("branches", *branches)
+            .end_object();
+    }
+    j.end_array();
+    j.begin_array("files");
+    for f in &files {
+        j.item_str(f);
+    }
+    j.end_array().end_object();
+    let mut text = j.finish();
+    text.push('\n');
+    write_atomic(dir, "summary.json", text.as_bytes())?;
+    Ok(files)
+}

@@ -1,0 +1,333 @@
+//! The SIGTRAP handler: sampling and breakpoint stops (the paper's
+//! Algorithm 1, §2).
+//!
+//! Contract of everything in this file: async-signal-safe. No allocation,
+//! no lock another thread or the application can hold, no formatting, no
+//! logging; only raw syscalls (ioctl, gettid) and the vDSO clock; errno is
+//! saved on entry and restored on exit. `tests/handler_alloc.rs` checks the
+//! no-allocation part with a counting allocator while real signals fire.
+
+use std::ffi::c_void;
+use std::os::fd::AsRawFd;
+
+use crate::buffer::{AbortReason, BranchEntry, TraceEnd};
+use crate::decode::{DecodeFailure, Gpr, Memory, Outcome, RegisterFile, SegmentEnd};
+use crate::sys;
+
+use super::counters::Counters;
+use super::exec_map::LiveCode;
+use super::{chain, Pending, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG};
+
+/// The interrupted thread's registers, as the kernel saved them.
+struct Ucontext<'a>(&'a libc::ucontext_t);
+
+/// gregs index of each register in x86 encoding order (rax, rcx, rdx, rbx,
+/// rsp, rbp, rsi, rdi, r8 … r15).
+const GREG_OF_GPR: [libc::c_int; 16] = [
+    libc::REG_RAX,
+    libc::REG_RCX,
+    libc::REG_RDX,
+    libc::REG_RBX,
+    libc::REG_RSP,
+    libc::REG_RBP,
+    libc::REG_RSI,
+    libc::REG_RDI,
+    libc::REG_R8,
+    libc::REG_R9,
+    libc::REG_R10,
+    libc::REG_R11,
+    libc::REG_R12,
+    libc::REG_R13,
+    libc::REG_R14,
+    libc::REG_R15,
+];
+
+impl RegisterFile for Ucontext<'_> {
+    fn gpr(&self, reg: Gpr) -> u64 {
+        self.0.uc_mcontext.gregs[GREG_OF_GPR[reg as usize & 15] as usize] as u64
+    }
+    fn rip(&self) -> u64 {
+        self.0.uc_mcontext.gregs[libc::REG_RIP as usize] as u64
+    }
+    fn rflags(&self) -> u64 {
+        self.0.uc_mcontext.gregs[libc::REG_EFL as usize] as u64
+    }
+}
+
+/// The process's own memory. The addresses read are the ones the trapped
+/// instruction itself is about to read (its return address, its jump-table
+/// slot), so they are mapped whenever the application is correct.
+struct OwnMemory;
+
+impl Memory for OwnMemory {
+    fn read(&self, addr: u64, size: u8) -> u64 {
+        // SAFETY: see the type's doc.
+        unsafe {
+            match size {
+                1 => (addr as *const u8).read_unaligned() as u64,
+                2 => (addr as *const u16).read_unaligned() as u64,
+                4 => (addr as *const u32).read_unaligned() as u64,
+                _ => (addr as *const u64).read_unaligned(),
+            }
+        }
+    }
+}
+
+/// The SIGTRAP handler installed while a session runs.
+pub extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    let saved_errno = sys::errno();
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let si = unsafe { &*info };
+    let tag = sys::siginfo_perf_data(si);
+    if si.si_code != sys::TRAP_PERF || (tag != SAMPLE_TAG && tag != BREAKPOINT_TAG) {
+        chain::forward(sig, info, ctx);
+        sys::set_errno(saved_errno);
+        return;
+    }
+    // Ours. Without a tracer or a ready slot this is a late signal of a
+    // stopped session or a closing thread: nothing to do.
+    if let Some(tracer) = super::tracer() {
+        if let Some(slot) = tracer.slot_of(sys::gettid()) {
+            if slot.enter() {
+                // SAFETY: enter() made this handler the slot's holder; the
+                // ucontext is the kernel's for this delivery.
+                let (t, uc) = unsafe { (slot.inner(), &*(ctx as *const libc::ucontext_t)) };
+                if tag == SAMPLE_TAG {
+                    on_sample(tracer, slot, t, uc);
+                } else {
+                    on_breakpoint(tracer, slot, t, uc);
+                }
+                slot.leave();
+            }
+        }
+    }
+    sys::set_errno(saved_errno);
+}
+
+fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc::ucontext_t) {
+    let t0 = sys::now_ns();
+    let c = &slot.counters;
+    Counters::bump(&c.samples);
+    if t.pending.is_some() {
+        // One-shot sampling makes this impossible; be safe anyway.
+        return;
+    }
+    if t.buffer.is_none() {
+        t.buffer = tracer.pool.free.pop();
+    }
+    match t.buffer.as_mut() {
+        Some(b) => b.open_trace(),
+        None => {
+            Counters::bump(&c.no_free_buffer);
+            rearm_sampling(t);
+            return;
+        }
+    }
+    Counters::bump(&c.traces_started);
+    let regs = Ucontext(uc);
+    follow(tracer, slot, t, regs.rip(), Some(regs.rsp()));
+    Counters::add(&c.sampling_ns, sys::now_ns().saturating_sub(t0));
+}
+
+fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc::ucontext_t) {
+    let t0 = sys::now_ns();
+    let c = &slot.counters;
+    Counters::bump(&c.breakpoints);
+    let Some(Pending { form, expected_sp }) = t.pending.take() else {
+        disarm_breakpoint(t);
+        return;
+    };
+    let regs = Ucontext(uc);
+    if regs.rip() != form.at {
+        end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::PcMismatch));
+    } else if expected_sp.is_some_and(|sp| sp != regs.rsp()) {
+        end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::SpMismatch));
+    } else {
+        if expected_sp.is_none() {
+            Counters::bump(&c.sp_unchecked);
+        }
+        match form.evaluate(&regs, &OwnMemory) {
+            Outcome::Stop => end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Syscall)),
+            Outcome::Continue { taken, next, sp } => {
+                let is_branch = !matches!(form.kind, crate::decode::BranchKind::Syscall);
+                if is_branch {
+                    Counters::bump(&c.dynamically_evaluated);
+                }
+                if taken {
+                    Counters::bump(&c.dynamic_taken);
+                    if record(tracer, slot, t, form.at, next) {
+                        Counters::add(&c.breakpoint_ns, sys::now_ns().saturating_sub(t0));
+                        return;
+                    }
+                }
+                follow(tracer, slot, t, next, Some(sp));
+            }
+        }
+    }
+    Counters::add(&c.breakpoint_ns, sys::now_ns().saturating_sub(t0));
+}
+
+/// Appends {from, to} to the open trace; ends the trace and returns true
+/// when it is complete.
+fn record(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, from: u64, to: u64) -> bool {
+    let Some(buffer) = t.buffer.as_mut() else {
+        return true;
+    };
+    if !buffer.push(BranchEntry { from, to }) {
+        // Cannot happen after the room check; counted, never silent.
+        Counters::bump(&slot.counters.full_buffer_entries_lost);
+        end_trace(tracer, slot, t, TraceEnd::Complete);
+        return true;
+    }
+    Counters::bump(&slot.counters.entries_recorded);
+    if buffer.open_len() >= tracer.lbr.load(std::sync::atomic::Ordering::Relaxed) {
+        end_trace(tracer, slot, t, TraceEnd::Complete);
+        return true;
+    }
+    false
+}
+
+/// Look ahead from `pc` (FindNextUnresolvedBranch): record direct branches,
+/// stop at the first transfer needing the CPU state and set the breakpoint
+/// on it, or end the trace.
+fn follow(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    mut pc: u64,
+    mut sp: Option<u64>,
+) {
+    let c = &slot.counters;
+    let code = LiveCode(&tracer.exec);
+    let generation = tracer.exec.generation();
+    loop {
+        let Some(cache) = t.cache.as_mut() else {
+            end_trace(
+                tracer,
+                slot,
+                t,
+                TraceEnd::Aborted(AbortReason::UnsupportedInstruction),
+            );
+            return;
+        };
+        let mut decoded = false;
+        let d0 = sys::now_ns();
+        let seg = cache.lookup(&code, pc, generation, &mut t.insn, &mut decoded);
+        if decoded {
+            Counters::add(&c.decode_ns, sys::now_ns().saturating_sub(d0));
+            Counters::bump(&c.segments_decoded);
+        } else {
+            Counters::bump(&c.segments_cached);
+        }
+        let sp_at_end = match (sp, seg.sp_delta) {
+            (Some(s), Some(d)) => Some(s.wrapping_add(d as i64 as u64)),
+            _ => None,
+        };
+        match seg.end {
+            SegmentEnd::Direct { from, to, call } => {
+                Counters::bump(&c.statically_resolved);
+                if record(tracer, slot, t, from, to) {
+                    return;
+                }
+                sp = if call {
+                    sp_at_end.map(|s| s.wrapping_sub(8))
+                } else {
+                    sp_at_end
+                };
+                pc = to;
+            }
+            SegmentEnd::Dynamic(form) => {
+                if tracer.exec.in_rseq(form.at) {
+                    end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Rseq));
+                    return;
+                }
+                if !arm_breakpoint(t, form.at) {
+                    end_trace(
+                        tracer,
+                        slot,
+                        t,
+                        TraceEnd::Aborted(AbortReason::BreakpointFailed),
+                    );
+                    return;
+                }
+                t.pending = Some(Pending {
+                    form,
+                    expected_sp: sp_at_end,
+                });
+                return;
+            }
+            SegmentEnd::Fail { why, .. } => {
+                let reason = match why {
+                    DecodeFailure::OutsideMappings => AbortReason::OutsideMappings,
+                    DecodeFailure::Unsupported => AbortReason::UnsupportedInstruction,
+                    DecodeFailure::LookaheadLimit => AbortReason::LookaheadLimit,
+                };
+                end_trace(tracer, slot, t, TraceEnd::Aborted(reason));
+                return;
+            }
+        }
+    }
+}
+
+/// Moves the thread's breakpoint to `addr` and enables it (one ioctl).
+fn arm_breakpoint(t: &mut ThreadTrace, addr: u64) -> bool {
+    let Some(fd) = t.bp_fd.as_ref().map(|f| f.as_raw_fd()) else {
+        return false;
+    };
+    t.bp_attr.__bindgen_anon_3.bp_addr = addr;
+    t.bp_attr.set_disabled(0);
+    let ok = sys::perf_modify_attributes(fd, &mut t.bp_attr).is_ok();
+    t.bp_armed = ok;
+    ok
+}
+
+fn disarm_breakpoint(t: &mut ThreadTrace) {
+    if t.bp_armed {
+        if let Some(fd) = t.bp_fd.as_ref() {
+            let _ = sys::perf_disable(fd.as_raw_fd());
+        }
+        t.bp_armed = false;
+    }
+}
+
+fn rearm_sampling(t: &mut ThreadTrace) {
+    if let Some(fd) = t.sample_fd.as_ref() {
+        let _ = sys::perf_refresh(fd.as_raw_fd(), 1);
+    }
+}
+
+/// Closes the open trace, makes sure the buffer has room for the next one
+/// (swapping it for an empty one if not: the paper's free-space check at
+/// re-arm time) and re-arms one-shot sampling.
+fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: TraceEnd) {
+    let c = &slot.counters;
+    close_open_trace(t, c, end);
+    let lbr = tracer.lbr.load(std::sync::atomic::Ordering::Relaxed);
+    let needs_swap = t.buffer.as_ref().is_some_and(|b| !b.has_room(lbr));
+    if needs_swap {
+        if let Some(full) = t.buffer.take() {
+            // The queue holds every buffer the pool ever made: no overflow.
+            let _ = tracer.pool.full.push(full);
+            Counters::bump(&c.buffer_swaps);
+        }
+        t.buffer = tracer.pool.free.pop();
+    }
+    rearm_sampling(t);
+}
+
+/// Closes the open trace (if any) with `end` and disarms the breakpoint.
+/// Shared by the handlers and the control thread (which holds the slot
+/// when it calls this).
+pub(super) fn close_open_trace(t: &mut ThreadTrace, c: &Counters, end: TraceEnd) {
+    t.pending = None;
+    disarm_breakpoint(t);
+    if let Some(b) = t.buffer.as_mut() {
+        if b.is_open() {
+            b.close_trace(end);
+            match end {
+                TraceEnd::Complete => Counters::bump(&c.traces_completed),
+                TraceEnd::Aborted(r) => c.abort(r),
+            }
+        }
+    }
+}

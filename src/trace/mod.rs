@@ -1,0 +1,268 @@
+//! The per-thread tracing state machine and its signal handlers.
+//!
+//! State of one traced thread lives in a [`ThreadSlot`] of a fixed table,
+//! found by tid. The slot's `state` word is the only synchronisation between
+//! the thread's own handlers and the control thread:
+//!
+//! - `READY`: events open; whoever moves it to `BUSY` (a handler) or
+//!   `CLOSED` (the control thread) by compare-and-swap owns the slot's
+//!   inner state until it stores a new state.
+//! - `BUSY`: a handler of the thread is running. The control thread waits
+//!   (it never interrupts the thread, so the wait is short).
+//! - `CLOSED` / `FREE`: no events; handlers that still arrive (a signal
+//!   queued before the events were disabled) are ignored.
+
+pub mod chain;
+pub mod counters;
+pub mod exec_map;
+pub mod handler;
+pub mod threads;
+
+use std::cell::UnsafeCell;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use iced_x86::Instruction;
+
+use crate::buffer::{BufferPool, TraceBuffer};
+use crate::decode::{BlockCache, BranchForm};
+use crate::sys::PerfEventAttr;
+use counters::Counters;
+use exec_map::ExecMap;
+
+/// Traced threads at once; a thread beyond it runs untraced and is counted
+/// (`thread_table_full`).
+pub const MAX_THREADS: usize = 1024;
+
+/// `sig_data` of the sampling event's SIGTRAP ("bdsm").
+pub const SAMPLE_TAG: u64 = 0x6264_736d;
+/// `sig_data` of the breakpoint's SIGTRAP ("bdbp").
+pub const BREAKPOINT_TAG: u64 = 0x6264_6270;
+
+const FREE: u8 = 0;
+const READY: u8 = 1;
+const BUSY: u8 = 2;
+const CLOSED: u8 = 3;
+
+const TID_NONE: i32 = 0;
+const TID_TOMBSTONE: i32 = -1;
+
+/// A breakpoint the thread is waiting for.
+#[derive(Clone, Copy)]
+pub struct Pending {
+    pub form: BranchForm,
+    /// The stack pointer the thread must have there, when the look-ahead
+    /// could follow every rsp change on the way.
+    pub expected_sp: Option<u64>,
+}
+
+/// What a traced thread's handlers work on. Owned by whoever holds the
+/// slot (see the module doc).
+pub struct ThreadTrace {
+    pub sample_fd: Option<OwnedFd>,
+    pub bp_fd: Option<OwnedFd>,
+    /// The breakpoint's attribute as opened, edited in bp_addr/disabled
+    /// for every move.
+    pub bp_attr: PerfEventAttr,
+    pub bp_armed: bool,
+    pub buffer: Option<Box<TraceBuffer>>,
+    pub pending: Option<Pending>,
+    pub cache: Option<Box<BlockCache>>,
+    pub insn: Instruction,
+}
+
+impl ThreadTrace {
+    fn empty() -> ThreadTrace {
+        ThreadTrace {
+            sample_fd: None,
+            bp_fd: None,
+            bp_attr: crate::sys::blank_attr(),
+            bp_armed: false,
+            buffer: None,
+            pending: None,
+            cache: None,
+            insn: Instruction::default(),
+        }
+    }
+}
+
+pub struct ThreadSlot {
+    tid: AtomicI32,
+    state: AtomicU8,
+    inner: UnsafeCell<ThreadTrace>,
+    pub counters: Counters,
+}
+
+// SAFETY: `inner` is only touched by the holder of the slot, as the state
+// protocol in the module doc establishes.
+unsafe impl Sync for ThreadSlot {}
+
+impl ThreadSlot {
+    fn new() -> ThreadSlot {
+        ThreadSlot {
+            tid: AtomicI32::new(TID_NONE),
+            state: AtomicU8::new(FREE),
+            inner: UnsafeCell::new(ThreadTrace::empty()),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn tid(&self) -> i32 {
+        self.tid.load(Ordering::Acquire)
+    }
+
+    /// Handler entry: takes the slot if it is ready. Async-signal-safe.
+    fn enter(&self) -> bool {
+        self.state
+            .compare_exchange(READY, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    fn leave(&self) {
+        self.state.store(READY, Ordering::Release);
+    }
+
+    /// The holder's access to the inner state.
+    ///
+    /// # Safety
+    /// The caller must hold the slot (a successful `enter`, or `close`, or
+    /// the setup before the slot was first made ready).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn inner(&self) -> &mut ThreadTrace {
+        // SAFETY: forwarded contract: the holder is the only accessor.
+        unsafe { &mut *self.inner.get() }
+    }
+
+    /// Control side: waits out a running handler and closes the slot.
+    /// Returns false if the slot was not ready (already closed or free).
+    fn close(&self) -> bool {
+        loop {
+            match self
+                .state
+                .compare_exchange(READY, CLOSED, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(BUSY) => std::thread::yield_now(),
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// The process-wide tracer, created at the first session and kept for the
+/// life of the process (handlers may run late, after a session ended).
+pub struct Tracer {
+    pub slots: Box<[ThreadSlot]>,
+    pub exec: ExecMap,
+    pub pool: Arc<BufferPool>,
+    /// Trace length N of the running session.
+    pub lbr: AtomicUsize,
+    /// Sessions accept new threads only while this is set.
+    pub running: AtomicBool,
+    /// Counters of threads retired during the session.
+    pub retired: Counters,
+    /// Threads that found the table full.
+    pub table_full: std::sync::atomic::AtomicU64,
+}
+
+static TRACER: OnceLock<Tracer> = OnceLock::new();
+
+/// The tracer, if one was ever created. Async-signal-safe (an atomic load).
+pub fn tracer() -> Option<&'static Tracer> {
+    TRACER.get()
+}
+
+pub fn tracer_or_init() -> &'static Tracer {
+    TRACER.get_or_init(|| Tracer {
+        slots: (0..MAX_THREADS).map(|_| ThreadSlot::new()).collect(),
+        exec: ExecMap::new(),
+        pool: Arc::new(BufferPool::new()),
+        lbr: AtomicUsize::new(32),
+        running: AtomicBool::new(false),
+        retired: Counters::default(),
+        table_full: Default::default(),
+    })
+}
+
+impl Tracer {
+    fn home(tid: i32) -> usize {
+        (tid as u32 as usize).wrapping_mul(0x9E37_79B9) % MAX_THREADS
+    }
+
+    /// The slot of `tid`. Async-signal-safe: a bounded linear probe over
+    /// atomics.
+    pub fn slot_of(&self, tid: i32) -> Option<&ThreadSlot> {
+        let home = Self::home(tid);
+        for i in 0..MAX_THREADS {
+            let slot = &self.slots[(home + i) % MAX_THREADS];
+            match slot.tid.load(Ordering::Acquire) {
+                t if t == tid => return Some(slot),
+                TID_NONE => return None,
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Claims a slot for `tid` (control or registering thread, serialised
+    /// by the registry lock).
+    fn claim(&self, tid: i32) -> Option<&ThreadSlot> {
+        let home = Self::home(tid);
+        for i in 0..MAX_THREADS {
+            let slot = &self.slots[(home + i) % MAX_THREADS];
+            let t = slot.tid.load(Ordering::Acquire);
+            if (t == TID_NONE || t == TID_TOMBSTONE) && slot.state.load(Ordering::Acquire) == FREE {
+                slot.counters.reset();
+                slot.tid.store(tid, Ordering::Release);
+                return Some(slot);
+            }
+        }
+        None
+    }
+
+    /// Slots in use (held tids), for the control thread.
+    pub fn live_slots(&self) -> impl Iterator<Item = &ThreadSlot> {
+        self.slots.iter().filter(|s| s.tid() > 0)
+    }
+
+    /// Counters of the session so far: retired threads plus live ones.
+    pub fn totals(&self) -> counters::CounterValues {
+        let mut v = self.retired.values();
+        for s in self.live_slots() {
+            v += s.counters.values();
+        }
+        v
+    }
+}
+
+/// In the child of a fork: the slots describe the parent's threads and
+/// their events. Closes the child's copies of the fds and empties every
+/// buffer (the parent's traces are the parent's), leaving the table free.
+pub fn forget_parent_threads(tracer: &Tracer) {
+    for slot in tracer.slots.iter() {
+        if slot.tid() <= 0 {
+            continue;
+        }
+        slot.state.store(CLOSED, Ordering::Release);
+        // SAFETY: the child has one thread and no events: nobody else
+        // holds any slot.
+        let t = unsafe { slot.inner() };
+        t.sample_fd = None;
+        t.bp_fd = None;
+        t.pending = None;
+        t.bp_armed = false;
+        if let Some(mut b) = t.buffer.take() {
+            b.clear();
+            let _ = tracer.pool.free.push(b);
+        }
+        slot.counters.reset();
+        slot.tid.store(TID_TOMBSTONE, Ordering::Release);
+        slot.state.store(FREE, Ordering::Release);
+    }
+    while let Some(mut b) = tracer.pool.full.pop() {
+        b.clear();
+        let _ = tracer.pool.free.push(b);
+    }
+    tracer.retired.reset();
+}
