@@ -2,6 +2,7 @@
 
 mod cli;
 mod client;
+mod help;
 mod record;
 mod signals;
 mod summary;
