@@ -47,12 +47,22 @@ fn start_control_thread() {
         Ok(listener) => {
             SOCKET_OWNER.store(sys::getpid(), Ordering::Release);
             let _ = SOCKET_PATH.set(path);
+            // The thread marks itself as the library's before `start` can
+            // enumerate threads: wait for that, so it is never traced.
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             let spawned = std::thread::Builder::new()
                 .name("breakdance-ctl".into())
                 .stack_size(256 * 1024)
-                .spawn(move || socket::serve(listener));
-            if spawned.is_err() {
-                sys::write_stderr(b"breakdance: cannot start the control thread\n");
+                .spawn(move || {
+                    session::mark_own_thread();
+                    let _ = ready_tx.send(());
+                    socket::serve(listener)
+                });
+            match spawned {
+                Ok(_) => {
+                    let _ = ready_rx.recv();
+                }
+                Err(_) => sys::write_stderr(b"breakdance: cannot start the control thread\n"),
             }
         }
         // The default path is printed nowhere unless asked; a path the user

@@ -226,8 +226,13 @@ fn exec_ranges(mods: &[Module]) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
 
 /// The worker: aggregates full buffers, and follows changes of the
 /// mappings (dlopen) so that new code is traced and named.
-fn worker(tracer: &'static Tracer, stop: Arc<AtomicBool>) -> (Aggregate, Vec<Module>) {
+fn worker(
+    tracer: &'static Tracer,
+    stop: Arc<AtomicBool>,
+    ready: std::sync::mpsc::Sender<()>,
+) -> (Aggregate, Vec<Module>) {
     mark_own_thread();
+    let _ = ready.send(());
     let mut agg = Aggregate::default();
     let mut ends = aggregate::EndCounts::default();
     let mut seen: Vec<Module> = Vec::new();
@@ -277,6 +282,22 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer.lbr.store(resolved.lbr, Ordering::Relaxed);
     chain::install(handler::on_sigtrap).map_err(StartError::Handler)?;
 
+    // The worker exists before any thread is traced or `running` is set,
+    // so the pthread_create interposer never mistakes it for the
+    // application's.
+    let stop_worker = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let stop = stop_worker.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("breakdance-worker".into())
+            .spawn(move || worker(tracer, stop, ready_tx))
+            .map_err(StartError::Proc)?;
+        // Marked as the library's before threads are enumerated.
+        let _ = ready_rx.recv();
+        handle
+    };
+
     let mut registry = REGISTRY.lock();
     let mut registered = 0u64;
     let tids = sys::thread_ids().map_err(StartError::Proc)?;
@@ -290,6 +311,8 @@ pub fn start(options: &Options) -> Result<String, StartError> {
                 threads::close_all(tracer);
                 drop(registry);
                 let _ = chain::uninstall();
+                stop_worker.store(true, Ordering::Release);
+                let _ = worker.join();
                 let hint = hint_for(&e);
                 return Err(StartError::Perf(e, hint));
             }
@@ -300,14 +323,6 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer.running.store(true, Ordering::Release);
     drop(registry);
 
-    let stop_worker = Arc::new(AtomicBool::new(false));
-    let worker = {
-        let stop = stop_worker.clone();
-        std::thread::Builder::new()
-            .name("breakdance-worker".into())
-            .spawn(move || worker(tracer, stop))
-            .expect("spawning the worker thread")
-    };
     let reply = format!(
         "{{\"state\":\"running\",\"event\":\"{}\",\"lbr\":{},\"threads\":{},\"output_dir\":\"{}\"}}",
         resolved.event.name(),

@@ -118,9 +118,9 @@ impl<R: std::io::Read> TakeLimited for R {
     }
 }
 
-/// The control thread's loop: blocked in accept between requests.
+/// The control thread's loop: blocked in accept between requests. The
+/// caller has marked the thread as the library's own.
 pub fn serve(listener: UnixListener) {
-    session::mark_own_thread();
     for stream in listener.incoming() {
         match stream {
             Ok(s) => serve_one(s),
