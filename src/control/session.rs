@@ -127,7 +127,6 @@ struct Running {
     stop_worker: Arc<AtomicBool>,
     worker: JoinHandle<(Aggregate, Vec<Module>)>,
     modules_at_start: Vec<Module>,
-    threads_seen: u64,
 }
 
 /// Data of a stopped session whose outputs could not be written yet.
@@ -279,6 +278,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer.exec.update(&exec, &rseq);
     tracer.retired.reset();
     tracer.table_full.store(0, Ordering::Relaxed);
+    tracer.threads_registered.store(0, Ordering::Relaxed);
     tracer.lbr.store(resolved.lbr, Ordering::Relaxed);
     chain::install(handler::on_sigtrap).map_err(StartError::Handler)?;
 
@@ -336,7 +336,6 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         stop_worker,
         worker,
         modules_at_start: mods,
-        threads_seen: registered,
     });
     state.unwritten = None;
     Ok(reply)
@@ -447,7 +446,7 @@ pub fn stop() -> Result<String, StopError> {
         freq: r.freq,
         lbr: r.lbr,
         duration_ns: sys::now_ns() - running.started_ns,
-        threads: running.threads_seen.max(tids.len() as u64),
+        threads: tracer.threads_registered.load(Ordering::Relaxed),
         counters,
         thread_table_full: tracer.table_full.load(Ordering::Relaxed),
     };
@@ -498,7 +497,7 @@ pub fn status() -> String {
         run.resolved.lbr,
         run.resolved.output.display(),
         sys::now_ns() - run.started_ns,
-        tracer.live_slots().count(),
+        tracer.threads_registered.load(Ordering::Relaxed),
         c.samples,
         c.traces_started,
         c.traces_completed,

@@ -164,6 +164,8 @@ pub struct Tracer {
     pub retired: Counters,
     /// Threads that found the table full.
     pub table_full: std::sync::atomic::AtomicU64,
+    /// Threads traced during the session (at start and created later).
+    pub threads_registered: std::sync::atomic::AtomicU64,
 }
 
 static TRACER: OnceLock<Tracer> = OnceLock::new();
@@ -182,6 +184,7 @@ pub fn tracer_or_init() -> &'static Tracer {
         running: AtomicBool::new(false),
         retired: Counters::default(),
         table_full: Default::default(),
+        threads_registered: Default::default(),
     })
 }
 

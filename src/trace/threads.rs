@@ -126,6 +126,7 @@ pub fn register(tracer: &Tracer, tid: i32, event: &SamplingEvent) -> Result<(), 
         close(tracer, slot, AbortReason::SessionStop);
         return Err(RegisterError::Arm(e));
     }
+    tracer.threads_registered.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
