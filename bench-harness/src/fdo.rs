@@ -1,8 +1,318 @@
-//! `fdo` experiment.
+//! `fdo`: what breakdance's profiles are worth to the compiler (the paper's
+//! Figure 7). Per source-built workload: the `-O2` baseline; AutoFDO from
+//! our trace through llvm-profgen-19 and through create_llvm_prof; AutoFDO
+//! from the exact callgrind counts (what a perfect LBR would give); and
+//! instrumented PGO as the upper anchor. Profiles come from the training
+//! input; times from the evaluation input, interleaved rounds.
 
+use crate::profiler::Tracer;
+use crate::quality::{self, create_llvm_prof, exact_afdo};
+use crate::report::{fmt, geomean, median, Report, Table};
+use crate::runner::{self, Cmd};
+use crate::svg::BarChart;
+use crate::workloads::{self, Input, Workload, Workspace};
 use crate::Options;
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
 
-pub fn run(_opts: &Options) -> Result<usize> {
-    anyhow::bail!("fdo: not built yet")
+/// Sampling period of the training runs: the fastest rate of `overhead`.
+const PERIOD_NS: u64 = 1_000_000;
+/// Profiled training runs merged into one profile.
+const TRAIN_RUNS: usize = 3;
+const QUICK_TRAIN_RUNS: usize = 1;
+const ROUNDS: usize = 5;
+const QUICK_ROUNDS: usize = 3;
+
+const VARIANTS: [&str; 5] = [
+    "baseline -O2",
+    "AutoFDO, ours via llvm-profgen",
+    "AutoFDO, ours via create_llvm_prof",
+    "AutoFDO, exact (callgrind)",
+    "instrumented PGO",
+];
+
+pub fn run(opts: &Options) -> Result<usize> {
+    let mut rep = Report::new(&opts.results, "fdo", "Feedback-directed optimisation")?;
+    let ws = Workspace {
+        cache: opts.cache.clone(),
+        quick: opts.quick,
+    };
+    let rounds = if opts.quick { QUICK_ROUNDS } else { ROUNDS };
+    let train_runs = if opts.quick {
+        QUICK_TRAIN_RUNS
+    } else {
+        TRAIN_RUNS
+    };
+    let tracer = Tracer::locate();
+    // Quick mode times the one workload that builds in seconds.
+    let kinds: Vec<_> = workloads::kinds(opts.quick)
+        .into_iter()
+        .filter(|k| k.source_built())
+        .filter(|k| !opts.quick || *k == workloads::Kind::Bzip2)
+        .collect();
+    let mut results: Vec<(String, Vec<Option<Vec<f64>>>)> = Vec::new();
+    for kind in kinds {
+        let name = kind.name();
+        let w = match workloads::prepare(&ws, kind) {
+            Ok(w) => w,
+            Err(e) => {
+                rep.fail(name, "prepare", &e);
+                continue;
+            }
+        };
+        let dir = ws.cache.join("runs").join("fdo").join(name);
+        std::fs::create_dir_all(&dir)?;
+        let mut binaries: Vec<Option<PathBuf>> = vec![Some(w.binary.clone())];
+        let steps: [(&str, Box<dyn Fn() -> Result<PathBuf> + '_>); 4] = [
+            (
+                VARIANTS[1],
+                Box::new(|| {
+                    let t = tracer.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+                    let prof = profgen_profile(t, &w, &dir, train_runs)?;
+                    sample_use_build(&ws, &w, "afdo-profgen", &prof)
+                }),
+            ),
+            (
+                VARIANTS[2],
+                Box::new(|| {
+                    let t = tracer.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+                    let prof = clp_profile(t, &w, &dir, train_runs)?;
+                    sample_use_build(&ws, &w, "afdo-clp", &prof)
+                }),
+            ),
+            (
+                VARIANTS[3],
+                Box::new(|| {
+                    let r = quality::reference(&ws, &w, Input::Train)?;
+                    let txt = dir.join("exact.afdo.txt");
+                    std::fs::write(&txt, exact_afdo(&r).to_text())?;
+                    let prof = dir.join("exact.prof");
+                    create_llvm_prof(&txt, &w.binary, &prof, true)?;
+                    sample_use_build(&ws, &w, "afdo-exact", &prof)
+                }),
+            ),
+            (VARIANTS[4], Box::new(|| instrumented_pgo(&ws, &w, &dir))),
+        ];
+        for (label, step) in &steps {
+            eprintln!("[fdo] {name}: {label}");
+            match step() {
+                Ok(b) => binaries.push(Some(b)),
+                Err(e) => {
+                    rep.fail(name, label, &e);
+                    binaries.push(None);
+                }
+            }
+        }
+        let times = time_variants(&mut rep, &w, &binaries, rounds);
+        results.push((name.to_string(), times));
+    }
+    write(&mut rep, &results, rounds)?;
+    rep.finish()
+}
+
+/// Profiled training runs on the baseline binary, into `dir/train-N/`.
+fn train(t: &Tracer, w: &Workload, dir: &Path, runs: usize) -> Result<Vec<PathBuf>> {
+    (0..runs)
+        .map(|i| {
+            let out = dir.join(format!("train-{i}"));
+            t.record_run(&w.command(Input::Train), PERIOD_NS, &out)?;
+            Ok(out)
+        })
+        .collect()
+}
+
+/// llvm-profgen-19 per training run, merged with llvm-profdata.
+fn profgen_profile(t: &Tracer, w: &Workload, dir: &Path, runs: usize) -> Result<PathBuf> {
+    let profgen = runner::require_tool("llvm-profgen-19", "llvm-19")?;
+    let profdata = runner::require_tool("llvm-profdata-19", "llvm-19")?;
+    let mut parts = Vec::new();
+    for out in train(t, w, dir, runs)? {
+        let prof = out.join("profgen.prof");
+        runner::run(
+            &Cmd::new(&profgen)
+                .arg(format!("--binary={}", w.binary.display()))
+                .arg(format!(
+                    "--perfscript={}",
+                    out.join("perf.script").display()
+                ))
+                .arg(format!("--output={}", prof.display())),
+        )?;
+        parts.push(prof);
+    }
+    let merged = dir.join("profgen.prof");
+    runner::run(
+        &Cmd::new(profdata)
+            .args(["merge", "--sample", "-o"])
+            .arg(&merged)
+            .args(&parts),
+    )?;
+    Ok(merged)
+}
+
+/// The tracer's AutoFDO text of each training run, merged, through
+/// create_llvm_prof.
+fn clp_profile(t: &Tracer, w: &Workload, dir: &Path, runs: usize) -> Result<PathBuf> {
+    let module =
+        bench_harness::elf::ElfModule::load(&w.binary).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut merged = bench_harness::afdo::AfdoProfile::default();
+    for out in train(t, w, dir, runs)? {
+        let f = quality::tracer_afdo(&out, &module)?;
+        let p = bench_harness::afdo::parse_file(&f).map_err(|e| anyhow::anyhow!("{e}"))?;
+        for (k, v) in p.ranges {
+            *merged.ranges.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in p.addresses {
+            *merged.addresses.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in p.branches {
+            *merged.branches.entry(k).or_insert(0) += v;
+        }
+    }
+    let txt = dir.join("ours.afdo.txt");
+    std::fs::write(&txt, merged.to_text())?;
+    let prof = dir.join("ours-clp.prof");
+    create_llvm_prof(&txt, &w.binary, &prof, true)?;
+    Ok(prof)
+}
+
+fn sample_use_build(ws: &Workspace, w: &Workload, variant: &str, prof: &Path) -> Result<PathBuf> {
+    w.build_variant(
+        ws,
+        variant,
+        &[format!("-fprofile-sample-use={}", prof.display())],
+    )
+}
+
+/// -fprofile-instr-generate build, training run, merge, -fprofile-instr-use build.
+fn instrumented_pgo(ws: &Workspace, w: &Workload, dir: &Path) -> Result<PathBuf> {
+    let profdata = runner::require_tool("llvm-profdata-19", "llvm-19")?;
+    let gen = w.build_variant(ws, "pgo-gen", &["-fprofile-instr-generate".to_string()])?;
+    let raw_dir = dir.join("profraw");
+    let _ = std::fs::remove_dir_all(&raw_dir);
+    std::fs::create_dir_all(&raw_dir)?;
+    runner::run(
+        &w.command_with(&gen, Input::Train)
+            .env("LLVM_PROFILE_FILE", raw_dir.join("%p.profraw")),
+    )?;
+    let raws: Vec<PathBuf> = std::fs::read_dir(&raw_dir)?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    if raws.is_empty() {
+        bail!(
+            "the instrumented training run wrote no .profraw in {}",
+            raw_dir.display()
+        );
+    }
+    let merged = dir.join("instr.profdata");
+    runner::run(
+        &Cmd::new(profdata)
+            .args(["merge", "-o"])
+            .arg(&merged)
+            .args(&raws),
+    )?;
+    w.build_variant(
+        ws,
+        "pgo-use",
+        &[format!("-fprofile-instr-use={}", merged.display())],
+    )
+}
+
+/// Wall times per variant on the evaluation input, interleaved rounds.
+fn time_variants(
+    rep: &mut Report,
+    w: &Workload,
+    binaries: &[Option<PathBuf>],
+    rounds: usize,
+) -> Vec<Option<Vec<f64>>> {
+    let mut times: Vec<Option<Vec<f64>>> = binaries
+        .iter()
+        .map(|b| b.as_ref().map(|_| Vec::new()))
+        .collect();
+    for round in 0..rounds {
+        eprintln!("[fdo] {}: timing round {}/{rounds}", w.name(), round + 1);
+        for (i, b) in binaries.iter().enumerate() {
+            let Some(b) = b else { continue };
+            if times[i].is_none() {
+                continue;
+            }
+            match runner::run_timed(&w.command_with(b, Input::Eval)) {
+                Ok(t) => {
+                    if let Some(v) = times[i].as_mut() {
+                        v.push(t.wall_s);
+                    }
+                }
+                Err(e) => {
+                    rep.fail(w.name(), &format!("timing {}", VARIANTS[i]), &e);
+                    times[i] = None;
+                }
+            }
+        }
+    }
+    times
+}
+
+fn write(
+    rep: &mut Report,
+    results: &[(String, Vec<Option<Vec<f64>>>)],
+    rounds: usize,
+) -> Result<()> {
+    let mut headers = vec!["workload".to_string(), "baseline wall (s)".to_string()];
+    headers.extend(VARIANTS[1..].iter().map(|v| format!("{v} speedup")));
+    let mut t = Table {
+        headers,
+        rows: Vec::new(),
+    };
+    let mut raw = Table::new(&["workload", "variant", "round", "wall_s"]);
+    let mut series: Vec<(String, Vec<Option<f64>>)> = VARIANTS[1..]
+        .iter()
+        .map(|v| (v.to_string(), Vec::new()))
+        .collect();
+    let mut per_variant: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len() - 1];
+    for (name, times) in results {
+        for (i, v) in times.iter().enumerate() {
+            for (r, s) in v.iter().flatten().enumerate() {
+                raw.push(vec![
+                    name.clone(),
+                    VARIANTS[i].into(),
+                    r.to_string(),
+                    fmt(*s, 4),
+                ]);
+            }
+        }
+        let base = times[0].as_deref().map(median).unwrap_or(f64::NAN);
+        let mut row = vec![name.clone(), fmt(base, 3)];
+        for i in 1..VARIANTS.len() {
+            let speedup = times
+                .get(i)
+                .and_then(|v| v.as_deref())
+                .map(|v| base / median(v))
+                .unwrap_or(f64::NAN);
+            row.push(fmt(speedup, 3));
+            series[i - 1].1.push(speedup.is_finite().then_some(speedup));
+            per_variant[i - 1].push(speedup);
+        }
+        t.push(row);
+    }
+    let mut geo = vec!["geomean".to_string(), String::new()];
+    geo.extend(per_variant.iter().map(|v| fmt(geomean(v), 3)));
+    t.push(geo);
+    rep.write("runs.csv", &raw.to_csv())?;
+    rep.note(&format!(
+        "Speedup = median baseline wall time / median variant wall time on the evaluation input, \
+         {rounds} interleaved rounds. Profiles from the training input; ours sampled with task-clock \
+         every {} ms.",
+        PERIOD_NS / 1_000_000
+    ));
+    rep.table("speedup", "Speedup over -O2 (Figure 7)", &t)?;
+    let chart = BarChart {
+        title: "Speedup over clang-19 -O2".into(),
+        y_label: "speedup (baseline time / variant time)".into(),
+        categories: results.iter().map(|(n, _)| n.clone()).collect(),
+        series,
+        stacked: false,
+        y_reference: Some(1.0),
+    };
+    rep.plot("speedup", &chart.render())
+        .context("writing the speedup plot")
 }

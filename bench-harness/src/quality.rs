@@ -1,8 +1,612 @@
-//! `quality` experiment.
+//! `quality`: how close breakdance's profile is to the exact one (the
+//! paper's Table 4, against callgrind instead of hardware LBR).
+//!
+//! Per workload, the training input runs once under
+//! `valgrind --tool=callgrind --dump-instr=yes --collect-jumps=yes` (exact
+//! instruction and taken-transfer counts) and, at each sampling period, under
+//! the tracer. In the module where the work is done the report compares:
+//! instruction weights implied by the recorded fall-through ranges against
+//! exact execution counts; recorded taken edges against exact taken counts;
+//! the share of recorded entries that are not real taken transfers (the
+//! validator, and edges callgrind never saw: both must be 0); and the
+//! function-level similarity of the AutoFDO profiles create_llvm_prof builds
+//! from each (`llvm-profdata overlap --sample`).
 
+use crate::profiler::Tracer;
+use crate::report::{fmt, Report, Table};
+use crate::runner::{self, Cmd};
+use crate::svg::{LineChart, Series};
+use crate::workloads::{self, Input, Workload, Workspace};
 use crate::Options;
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
+use bench_harness::afdo::AfdoProfile;
+use bench_harness::callgrind::{self, ObjectProfile};
+use bench_harness::elf::{ElfModule, ModuleMap};
+use bench_harness::overlap::{instruction_weights, overlap, Range};
+use bench_harness::{perfscript, validate, Edge};
+use iced_x86::FlowControl;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
-pub fn run(_opts: &Options) -> Result<usize> {
-    anyhow::bail!("quality: not built yet")
+const PERIODS: [u64; 4] = [1_000_000, 3_000_000, 10_000_000, 30_000_000];
+const QUICK_PERIODS: [u64; 2] = [1_000_000, 10_000_000];
+/// Profiled runs merged into one profile per period.
+const RUNS: usize = 3;
+const QUICK_RUNS: usize = 1;
+
+/// The exact reference for one workload: callgrind's counts in the hot module.
+pub struct Reference {
+    pub module: ElfModule,
+    pub counts: ObjectProfile,
+}
+
+/// Runs (or reuses) callgrind on `w`'s input; the output is cached next to
+/// the builds and redone when the binary is newer.
+pub fn reference(ws: &Workspace, w: &Workload, input: Input) -> Result<Reference> {
+    let valgrind = runner::require_tool("valgrind", "valgrind")?;
+    let dir = ws.cache.join("callgrind");
+    std::fs::create_dir_all(&dir)?;
+    let tag = if ws.quick { "quick" } else { "full" };
+    let out = dir.join(format!("{}-{input:?}-{tag}.out", w.name()));
+    let fresh = match (std::fs::metadata(&out), std::fs::metadata(&w.binary)) {
+        (Ok(o), Ok(b)) => o.modified()? >= b.modified()?,
+        _ => false,
+    };
+    if !fresh {
+        eprintln!("[quality] {}: running callgrind (slow: ~50x)", w.name());
+        let args = [
+            "--tool=callgrind",
+            "--dump-instr=yes",
+            "--collect-jumps=yes",
+        ]
+        .map(Into::into)
+        .into_iter()
+        .chain([format!("--callgrind-out-file={}", out.display()).into()])
+        .collect::<Vec<_>>();
+        runner::run(&w.command(input).wrapped(&valgrind, &args))?;
+    }
+    let profile = callgrind::parse_file(&out).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let module = ElfModule::load(&w.hot_module).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let base = module.basename().to_string();
+    let counts = profile
+        .object_by_basename(&base)
+        .map(|(_, o)| o.clone())
+        .with_context(|| format!("callgrind output {} has no object {base}", out.display()))?;
+    Ok(Reference { module, counts })
+}
+
+/// An AutoFDO text profile holding the exact counts: one range per run of
+/// adjacent instructions with equal counts, and every taken transfer. It is
+/// what a perfect LBR sampling every branch would give.
+pub fn exact_afdo(r: &Reference) -> AfdoProfile {
+    let idx = r.module.instructions();
+    let mut p = AfdoProfile::default();
+    let mut open: Option<(u64, u64, u64, usize)> = None; // begin, end, count, position
+    for (&addr, &count) in &r.counts.instructions {
+        let pos = idx.position(addr);
+        let extends = match (open, pos) {
+            (Some((_, _, c, last)), Some(pos)) => c == count && pos == last + 1,
+            _ => false,
+        };
+        if extends {
+            let (b, _, c, _) = open.unwrap_or_default();
+            open = Some((b, addr, c, pos.unwrap_or_default()));
+            continue;
+        }
+        if let Some((b, e, c, _)) = open.take() {
+            p.ranges
+                .insert((r.module.afdo_offset(b), r.module.afdo_offset(e)), c);
+        }
+        if let Some(pos) = pos {
+            open = Some((addr, addr, count, pos));
+        }
+    }
+    if let Some((b, e, c, _)) = open {
+        p.ranges
+            .insert((r.module.afdo_offset(b), r.module.afdo_offset(e)), c);
+    }
+    for (e, c) in r.counts.taken_edges() {
+        let edge = Edge {
+            from: r.module.afdo_offset(e.from),
+            to: r.module.afdo_offset(e.to),
+        };
+        *p.branches.entry(edge).or_insert(0) += c;
+    }
+    p
+}
+
+/// What breakdance recorded in the hot module, in its link-time addresses.
+#[derive(Default)]
+pub struct Recorded {
+    pub ranges: Vec<Range>,
+    pub edges: BTreeMap<Edge, u64>,
+    pub entries: u64,
+    pub violations: u64,
+}
+
+/// Reads the perf.script files of profiled runs and keeps what lies in the
+/// module `module` (matched by path).
+pub fn recorded(scripts: &[PathBuf], module: &ElfModule) -> Result<Recorded> {
+    let mut rec = Recorded::default();
+    for path in scripts {
+        let script = perfscript::parse_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (map, _errors) = ModuleMap::from_mmaps(&script.mmaps);
+        let report = validate::validate(&script, &map);
+        rec.violations += report.total_violations();
+        rec.entries += script.entry_count();
+        let hot = map
+            .modules
+            .iter()
+            .position(|m| m.path == module.path || m.basename() == module.basename());
+        let Some(hot) = hot else {
+            continue;
+        };
+        let local = |a: u64| map.resolve(a).filter(|(m, _)| *m == hot).map(|(_, v)| v);
+        for t in &script.traces {
+            let entries: Vec<&Edge> = t.execution_order().collect();
+            for e in &entries {
+                if let (Some(from), Some(to)) = (local(e.from), local(e.to)) {
+                    *rec.edges.entry(Edge { from, to }).or_insert(0) += t.count;
+                }
+            }
+            for pair in entries.windows(2) {
+                if let (Some(begin), Some(end)) = (local(pair[0].to), local(pair[1].from)) {
+                    rec.ranges.push(Range {
+                        begin,
+                        end,
+                        count: t.count,
+                    });
+                }
+            }
+        }
+    }
+    Ok(rec)
+}
+
+/// Similarity scores of one profile against the reference.
+pub struct Scores {
+    pub instruction_overlap: f64,
+    /// Overlap of instruction weights summed per function (ELF symbols).
+    pub function_overlap: f64,
+    pub edge_overlap: f64,
+    /// Recorded edges (by count) that callgrind never saw taken.
+    pub unseen_fraction: f64,
+    /// Validator violations per recorded entry.
+    pub invalid_fraction: f64,
+}
+
+pub fn score(r: &Reference, rec: &Recorded) -> Scores {
+    let weights = instruction_weights(&rec.ranges, &r.module.instructions().starts);
+    let instruction_overlap = overlap(&weights, &r.counts.instructions);
+    let function_overlap = overlap(
+        &per_function(&r.module, &weights),
+        &per_function(&r.module, &r.counts.instructions),
+    );
+    // Callgrind does not report returns as jumps; compare the kinds it sees.
+    let is_return = |a: u64| {
+        r.module
+            .decode_at(a)
+            .is_some_and(|i| i.flow_control() == FlowControl::Return)
+    };
+    let ours: BTreeMap<Edge, u64> = rec
+        .edges
+        .iter()
+        .filter(|(e, _)| !is_return(e.from))
+        .map(|(e, c)| (*e, *c))
+        .collect();
+    let exact = r.counts.taken_edges();
+    let edge_overlap = overlap(&ours, &exact);
+    let total: u64 = ours.values().sum();
+    let unseen: u64 = ours
+        .iter()
+        .filter(|(e, _)| !exact.contains_key(e))
+        .map(|(_, c)| c)
+        .sum();
+    Scores {
+        instruction_overlap,
+        function_overlap,
+        edge_overlap,
+        unseen_fraction: if total == 0 {
+            f64::NAN
+        } else {
+            unseen as f64 / total as f64
+        },
+        invalid_fraction: if rec.entries == 0 {
+            f64::NAN
+        } else {
+            rec.violations as f64 / rec.entries as f64
+        },
+    }
+}
+
+/// Instruction weights summed per enclosing symbol (unnamed code is keyed
+/// by its address, so it still counts).
+fn per_function(module: &ElfModule, weights: &BTreeMap<u64, u64>) -> BTreeMap<String, u64> {
+    let mut f = BTreeMap::new();
+    for (&a, &w) in weights {
+        let key = module
+            .symbol_at(a)
+            .map(|s| s.name.clone())
+            .unwrap_or_else(|| format!("{a:#x}"));
+        *f.entry(key).or_insert(0) += w;
+    }
+    f
+}
+
+/// `create_llvm_prof --profiler=text` on an AutoFDO text file.
+pub fn create_llvm_prof(afdo_text: &Path, binary: &Path, out: &Path, text: bool) -> Result<()> {
+    let tool = runner::require_tool("create_llvm_prof", "autofdo")?;
+    let fmt = if text { "text" } else { "binary" };
+    runner::run(
+        &Cmd::new(tool)
+            .arg("--profiler=text")
+            .arg(format!("--profile={}", afdo_text.display()))
+            .arg(format!("--binary={}", binary.display()))
+            .arg(format!("--out={}", out.display()))
+            .arg(format!("--format={fmt}")),
+    )?;
+    let bytes = std::fs::read(out).unwrap_or_default();
+    if bytes.is_empty() {
+        bail!(
+            "create_llvm_prof wrote an empty profile {} from {}",
+            out.display(),
+            afdo_text.display()
+        );
+    }
+    if text {
+        let (clean, dropped) = sanitize_llvm_text(&bytes);
+        if dropped > 0 {
+            std::fs::write(out, clean)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes the records create_llvm_prof 0.19 writes with corrupt function
+/// names (google/autofdo issue #95: a dangling string for inlined callees,
+/// so the text holds random bytes that clang and llvm-profdata refuse).
+/// A record with a bad name is dropped with everything nested under it;
+/// bad call-target tokens are dropped from body lines. Returns the cleaned
+/// text and how many records were dropped.
+pub fn sanitize_llvm_text(bytes: &[u8]) -> (String, usize) {
+    fn valid(name: &str) -> bool {
+        let mut chars = name.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '.')
+            && chars.all(|c| c.is_ascii_alphanumeric() || "_.$".contains(c))
+    }
+    fn is_location(s: &str) -> bool {
+        !s.is_empty()
+            && s.split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    }
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = String::with_capacity(text.len());
+    let mut dropped = 0;
+    let mut skip_deeper_than: Option<usize> = None;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        if let Some(d) = skip_deeper_than {
+            if indent > d {
+                continue;
+            }
+            skip_deeper_than = None;
+        }
+        let body = &line[indent..];
+        let keep = if indent == 0 {
+            // FUNCTION:TOTAL:HEAD
+            let mut parts = body.split(':');
+            let name = parts.next().unwrap_or("");
+            valid(name) && parts.count() == 2
+        } else {
+            match body.split_once(": ") {
+                Some((loc, rest)) if is_location(loc) => {
+                    let mut tokens = rest.split(' ').filter(|t| !t.is_empty());
+                    match tokens.next() {
+                        // LOCATION: COUNT [TARGET:COUNT ...]
+                        Some(count) if count.bytes().all(|b| b.is_ascii_digit()) => {
+                            let targets: Vec<&str> = tokens
+                                .filter(|t| t.rsplit_once(':').is_some_and(|(n, _)| valid(n)))
+                                .collect();
+                            out.push_str(&line[..indent]);
+                            out.push_str(loc);
+                            out.push_str(": ");
+                            out.push_str(count);
+                            for t in targets {
+                                out.push(' ');
+                                out.push_str(t);
+                            }
+                            out.push('\n');
+                            continue;
+                        }
+                        // LOCATION: CALLEE:TOTAL (an inlined callee)
+                        _ => {
+                            rest.trim().rsplit_once(':').is_some_and(|(n, c)| {
+                                valid(n) && c.bytes().all(|b| b.is_ascii_digit())
+                            }) && rest.starts_with(|c: char| c != ' ')
+                        }
+                    }
+                }
+                _ => false,
+            }
+        };
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            dropped += 1;
+            skip_deeper_than = Some(indent);
+        }
+    }
+    (out, dropped)
+}
+
+/// Whole-program function-level similarity of two sample profiles, from
+/// `llvm-profdata-19 overlap --sample` ("Whole program profile similarity").
+pub fn profile_similarity(base: &Path, test: &Path) -> Result<f64> {
+    let tool = runner::require_tool("llvm-profdata-19", "llvm-19")?;
+    let out = runner::tempfile_path("overlap.txt");
+    runner::run(
+        &Cmd::new(tool)
+            .args(["overlap", "--sample"])
+            .arg(base)
+            .arg(test)
+            .stdout_to(&out),
+    )?;
+    let text = std::fs::read_to_string(&out)?;
+    let _ = std::fs::remove_file(&out);
+    parse_similarity(&text).with_context(|| {
+        format!(
+            "llvm-profdata overlap printed no whole-program similarity for {} vs {}",
+            base.display(),
+            test.display()
+        )
+    })
+}
+
+fn parse_similarity(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| {
+        l.to_lowercase()
+            .contains("whole program profile similarity")
+    })?;
+    let v = line.rsplit(':').next()?.trim().trim_end_matches('%');
+    v.parse::<f64>().ok().map(|p| p / 100.0)
+}
+
+/// The AutoFDO text file the tracer wrote for `module`, or an error.
+pub fn tracer_afdo(out_dir: &Path, module: &ElfModule) -> Result<PathBuf> {
+    let p = out_dir.join(format!("{}.afdo.txt", module.basename()));
+    if p.is_file() {
+        Ok(p)
+    } else {
+        bail!(
+            "the tracer wrote no {} (no samples in {}?)",
+            p.display(),
+            module.basename()
+        )
+    }
+}
+
+struct Row {
+    workload: String,
+    period: u64,
+    entries: u64,
+    scores: Scores,
+    function_similarity: f64,
+}
+
+pub fn run(opts: &Options) -> Result<usize> {
+    let mut rep = Report::new(
+        &opts.results,
+        "quality",
+        "Profile quality against callgrind",
+    )?;
+    let ws = Workspace {
+        cache: opts.cache.clone(),
+        quick: opts.quick,
+    };
+    let periods: &[u64] = if opts.quick { &QUICK_PERIODS } else { &PERIODS };
+    let runs = if opts.quick { QUICK_RUNS } else { RUNS };
+    let tracer = Tracer::locate();
+    let mut rows = Vec::new();
+    // Intermediate files stay in the cache for inspection.
+    let work = ws.cache.join("runs").join("quality");
+    for kind in workloads::kinds(opts.quick) {
+        let name = kind.name();
+        let w = match workloads::prepare(&ws, kind) {
+            Ok(w) => w,
+            Err(e) => {
+                rep.fail(name, "prepare", &e);
+                continue;
+            }
+        };
+        let r = match reference(&ws, &w, Input::Train) {
+            Ok(r) => r,
+            Err(e) => {
+                rep.fail(name, "callgrind reference", &e);
+                continue;
+            }
+        };
+        let wdir = work.join(name);
+        std::fs::create_dir_all(&wdir)?;
+        let exact_prof = wdir.join("exact.prof");
+        // Debian's binaries carry no debug info: AutoFDO profiles (and so
+        // their similarity) exist only for the source-built workloads.
+        let exact = if kind.source_built() {
+            let r = (|| -> Result<()> {
+                let txt = wdir.join("exact.afdo.txt");
+                std::fs::write(&txt, exact_afdo(&r).to_text())?;
+                create_llvm_prof(&txt, &w.hot_module, &exact_prof, true)
+            })();
+            if let Err(e) = &r {
+                rep.fail(name, "exact AutoFDO profile", e);
+            }
+            r.is_ok()
+        } else {
+            false
+        };
+        let tracer = match &tracer {
+            Ok(t) => t,
+            Err(e) => {
+                rep.fail(name, "locate tracer", e);
+                continue;
+            }
+        };
+        for &period in periods {
+            eprintln!("[quality] {name}: period {} ms", period / 1_000_000);
+            let result = (|| -> Result<Row> {
+                let mut scripts = Vec::new();
+                let mut afdo_files = Vec::new();
+                for i in 0..runs {
+                    let out = wdir.join(format!("p{period}-{i}"));
+                    tracer.record_run(&w.command(Input::Train), period, &out)?;
+                    scripts.push(out.join("perf.script"));
+                    afdo_files.push(tracer_afdo(&out, &r.module)?);
+                }
+                let rec = recorded(&scripts, &r.module)?;
+                let scores = score(&r, &rec);
+                let function_similarity = if exact {
+                    let merged = merge_afdo(&afdo_files)?;
+                    let txt = wdir.join(format!("p{period}.afdo.txt"));
+                    std::fs::write(&txt, merged.to_text())?;
+                    let prof = wdir.join(format!("p{period}.prof"));
+                    create_llvm_prof(&txt, &w.hot_module, &prof, true)?;
+                    profile_similarity(&exact_prof, &prof)?
+                } else {
+                    f64::NAN
+                };
+                Ok(Row {
+                    workload: name.to_string(),
+                    period,
+                    entries: rec.entries,
+                    scores,
+                    function_similarity,
+                })
+            })();
+            match result {
+                Ok(row) => rows.push(row),
+                Err(e) => rep.fail(name, &format!("profiled run, period {period} ns"), &e),
+            }
+        }
+    }
+    write(&mut rep, &rows, runs)?;
+    rep.finish()
+}
+
+fn merge_afdo(files: &[PathBuf]) -> Result<AfdoProfile> {
+    let mut m = AfdoProfile::default();
+    for f in files {
+        let p = bench_harness::afdo::parse_file(f).map_err(|e| anyhow::anyhow!("{e}"))?;
+        for (k, v) in p.ranges {
+            *m.ranges.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in p.addresses {
+            *m.addresses.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in p.branches {
+            *m.branches.entry(k).or_insert(0) += v;
+        }
+    }
+    Ok(m)
+}
+
+fn write(rep: &mut Report, rows: &[Row], runs: usize) -> Result<()> {
+    let mut t = Table::new(&[
+        "workload",
+        "period (ms)",
+        "entries",
+        "instruction overlap",
+        "function overlap",
+        "taken-edge overlap",
+        "edges not taken in reference",
+        "invalid entries",
+        "function similarity (AutoFDO)",
+    ]);
+    for r in rows {
+        t.push(vec![
+            r.workload.clone(),
+            fmt(r.period as f64 / 1e6, 0),
+            r.entries.to_string(),
+            fmt(r.scores.instruction_overlap, 3),
+            fmt(r.scores.function_overlap, 3),
+            fmt(r.scores.edge_overlap, 3),
+            fmt(r.scores.unseen_fraction, 4),
+            fmt(r.scores.invalid_fraction, 4),
+            fmt(r.function_similarity, 3),
+        ]);
+    }
+    rep.note(&format!(
+        "Training input; {runs} profiled run(s) merged per period; reference: callgrind on the same input. \
+         Overlap = Σ min of normalised weights (1 = identical). \"Edges not taken in reference\" and \
+         \"invalid entries\" must be 0. AutoFDO similarity is `llvm-profdata overlap --sample` of the \
+         create_llvm_prof profiles (ours vs exact); Debian's binaries have no debug info, so it is n/a there."
+    ));
+    rep.table("quality", "Similarity to the exact profile (Table 4)", &t)?;
+    let mut names: Vec<&str> = rows.iter().map(|r| r.workload.as_str()).collect();
+    names.dedup();
+    let metrics: [(&str, &str, fn(&Row) -> f64); 4] = [
+        ("instruction_overlap", "instruction-weight overlap", |r| {
+            r.scores.instruction_overlap
+        }),
+        ("function_overlap", "function-weight overlap", |r| {
+            r.scores.function_overlap
+        }),
+        ("edge_overlap", "taken-edge overlap", |r| {
+            r.scores.edge_overlap
+        }),
+        (
+            "function_similarity",
+            "AutoFDO function-level similarity",
+            |r| r.function_similarity,
+        ),
+    ];
+    for (file, label, f) in metrics {
+        let series = names
+            .iter()
+            .map(|n| Series {
+                name: n.to_string(),
+                points: rows
+                    .iter()
+                    .filter(|r| r.workload == *n)
+                    .map(|r| (1e9 / r.period as f64, f(r)))
+                    .collect(),
+            })
+            .collect();
+        let chart = LineChart {
+            title: format!("{label} vs sampling rate"),
+            x_label: "samples per second of CPU time".into(),
+            y_label: label.into(),
+            x_log: true,
+            y_log: false,
+            y_from_zero: true,
+            y_reference: Some(1.0),
+            series,
+        };
+        rep.plot(file, &chart.render())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corrupt_records_are_dropped_with_their_nested_lines() {
+        let text = b"main:100:1\n 1: 10\n 2: 5 foo:3 \xff\x01:2\n 3: \xf5(\x05]U:50\n  1: 50\n 4: bar:7\n  1: 7\n\x8b\x01:9:0\n 1: 9\nok:5:5\n 1: 5\n";
+        let (clean, dropped) = sanitize_llvm_text(text);
+        assert_eq!(
+            clean,
+            "main:100:1\n 1: 10\n 2: 5 foo:3\n 4: bar:7\n  1: 7\nok:5:5\n 1: 5\n"
+        );
+        assert_eq!(dropped, 2);
+    }
+
+    #[test]
+    fn similarity_line_is_parsed() {
+        let text = "Sample Profile Overlap:\n  Whole program profile similarity: 93.250%\n";
+        assert_eq!(parse_similarity(text), Some(0.9325));
+        assert_eq!(parse_similarity("nothing"), None);
+    }
 }

@@ -6,10 +6,10 @@
 
 use std::fmt::Write as _;
 
-const WIDTH: f64 = 760.0;
+const WIDTH: f64 = 880.0;
 const HEIGHT: f64 = 440.0;
 const MARGIN_LEFT: f64 = 78.0;
-const MARGIN_RIGHT: f64 = 190.0;
+const MARGIN_RIGHT: f64 = 290.0;
 const MARGIN_TOP: f64 = 44.0;
 const MARGIN_BOTTOM: f64 = 64.0;
 

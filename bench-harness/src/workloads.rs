@@ -111,7 +111,9 @@ impl Workload {
             }
             Kind::Python => {
                 let scale = if q { "0.1" } else { &pick("3", "4") };
-                cmd.arg(i.join("bench.py"))
+                // Fixed hash seed: the same path under callgrind and the tracer.
+                cmd.env("PYTHONHASHSEED", "0")
+                    .arg(i.join("bench.py"))
                     .arg(pick("train", "eval"))
                     .arg(scale)
             }
