@@ -1,0 +1,311 @@
+//! The control socket: three start/stop sessions in one process give three
+//! complete profiles; malformed requests get an `error` reply and change
+//! nothing; a peer of another uid is refused.
+
+mod common;
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Sends one request line and returns the one-line answer.
+fn request(socket: &Path, line: &str) -> String {
+    let mut stream = UnixStream::connect(socket)
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", socket.display()));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    stream.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .unwrap_or_else(|e| panic!("no answer to '{line}': {e}"));
+    assert!(
+        answer.trim_end().lines().count() == 1,
+        "answer to '{line}' is not one line: {answer:?}"
+    );
+    answer.trim_end().to_string()
+}
+
+/// The JSON object after `ok `.
+fn ok_json(line: &str, answer: &str) -> serde_json::Value {
+    let json = answer
+        .strip_prefix("ok ")
+        .unwrap_or_else(|| panic!("'{line}' was answered '{answer}', not 'ok {{...}}'"));
+    serde_json::from_str(json)
+        .unwrap_or_else(|e| panic!("answer to '{line}' is not JSON ({e}): {json}"))
+}
+
+fn state(socket: &Path) -> String {
+    let answer = request(socket, "status");
+    ok_json("status", &answer)["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Outcome of a connection attempt made by a child running as `nobody`.
+#[derive(Debug, PartialEq, Eq)]
+enum ForeignPeer {
+    /// connect(2) failed.
+    ConnectRefused,
+    /// Accepted, then closed without an answer or answered `error ...`.
+    ClosedOrError,
+    /// Answered `ok ...`: the check failed.
+    Served,
+    /// No answer in 20 s.
+    Hung,
+}
+
+/// Forks a child that drops to uid/gid 65534 (nobody), connects to `socket`
+/// and sends `status`.
+fn connect_as_nobody(socket: &Path) -> ForeignPeer {
+    use std::os::unix::ffi::OsStrExt;
+    let path = CString::new(socket.as_os_str().as_bytes()).unwrap();
+    // Everything the child needs is prepared before fork: after it, the child
+    // of this multi-threaded process makes only raw system calls.
+    // SAFETY: sockaddr_un is plain data; zero is a valid value.
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_bytes_with_nul();
+    assert!(
+        bytes.len() <= address.sun_path.len(),
+        "socket path too long"
+    );
+    for (d, s) in address.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let timeout = libc::timeval {
+        tv_sec: 20,
+        tv_usec: 0,
+    };
+    // SAFETY: the child only calls async-signal-safe functions and _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: raw system calls on values prepared before fork.
+        unsafe {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(65534) != 0
+                || libc::setuid(65534) != 0
+            {
+                libc::_exit(10);
+            }
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            if fd < 0 {
+                libc::_exit(11);
+            }
+            let connected = libc::connect(
+                fd,
+                &address as *const libc::sockaddr_un as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            );
+            if connected != 0 {
+                libc::_exit(0);
+            }
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &timeout as *const libc::timeval as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            );
+            let request = b"status\n";
+            libc::write(fd, request.as_ptr().cast(), request.len());
+            let mut answer = [0u8; 8];
+            let n = libc::read(fd, answer.as_mut_ptr().cast(), answer.len());
+            if n < 0 {
+                libc::_exit(if *libc::__errno_location() == libc::EAGAIN {
+                    3
+                } else {
+                    1
+                });
+            }
+            if n >= 2 && answer[0] == b'o' && answer[1] == b'k' {
+                libc::_exit(2);
+            }
+            libc::_exit(1);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for the child forked above.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid);
+    assert!(
+        libc::WIFEXITED(status),
+        "nobody child died: status {status}"
+    );
+    match libc::WEXITSTATUS(status) {
+        0 => ForeignPeer::ConnectRefused,
+        1 => ForeignPeer::ClosedOrError,
+        2 => ForeignPeer::Served,
+        3 => ForeignPeer::Hung,
+        code => panic!("nobody child could not set up (exit {code})"),
+    }
+}
+
+/// The program under control; killed if the test fails before it ends.
+struct Program(Option<Child>);
+
+impl Program {
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("program still running")
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+const MALFORMED: [&str; 7] = [
+    "",
+    "bogus",
+    "start period=abc",
+    "start lbr=0",
+    "start lbr=5000",
+    "start event=nonsense",
+    "frobnicate start",
+];
+
+fn assert_refused(socket: &Path, expected_state: &str) {
+    for line in MALFORMED {
+        let answer = request(socket, line);
+        assert!(
+            answer.starts_with("error "),
+            "'{line}' was answered '{answer}', not 'error ...'"
+        );
+        assert_eq!(
+            state(socket),
+            expected_state,
+            "state changed after '{line}'"
+        );
+    }
+}
+
+#[test]
+fn three_sessions_malformed_requests_and_foreign_uid() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("control");
+    let binary = build(&clang, &dir.0, "control", &["control.c"], &[]);
+    let socket = dir.path("ctl.sock");
+    let quit = dir.path("quit");
+    let child = Command::new(&binary)
+        .arg(&quit)
+        .env("LD_PRELOAD", &tracer.lib)
+        .env("BREAKDANCE_SOCKET", &socket)
+        .env_remove("BREAKDANCE_AUTOSTART")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut program = Program(Some(child));
+    // Waiting for the library to create its socket (not a timed assertion:
+    // the limit only keeps a broken library from hanging the suite).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            socket.display()
+        );
+        assert!(
+            program.child().try_wait().unwrap().is_none(),
+            "the program exited before serving"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    assert_eq!(state(&socket), "off");
+    assert_refused(&socket, "off");
+
+    for session in 0..3 {
+        let out = dir.path(&format!("session{session}"));
+        let line = format!("start period=100000 out={}", out.display());
+        let started = ok_json(&line, &request(&socket, &line));
+        assert_eq!(started["state"], "running", "{started}");
+        assert_eq!(state(&socket), "running");
+        if session == 1 {
+            assert_refused(&socket, "running");
+        }
+        if session == 2 {
+            check_foreign_uid(&socket);
+            assert_eq!(state(&socket), "running");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let summary = ok_json("stop", &request(&socket, "stop"));
+        assert_eq!(state(&socket), "off");
+        let rec = load(&out);
+        check_summary(&rec);
+        assert_eq!(
+            counter(&summary, "traces_completed"),
+            counter(&rec.summary, "traces_completed"),
+            "stop's answer and summary.json disagree"
+        );
+        assert!(
+            rec.script.trace_count() > 0,
+            "session {session}: no traces in perf.script"
+        );
+        assert_valid_traces(&format!("control session {session}"), &rec);
+    }
+    assert_ne!(
+        std::fs::read(dir.path("session0/perf.script")).unwrap(),
+        std::fs::read(dir.path("session2/perf.script")).unwrap(),
+        "two sessions wrote identical profiles"
+    );
+
+    std::fs::write(&quit, b"").unwrap();
+    let output = program.0.take().unwrap().wait_with_output().unwrap();
+    assert!(output.status.success(), "program failed: {output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "control done\n");
+}
+
+/// A peer of another uid is refused both by the socket's mode and, with the
+/// mode opened up, by the library's own peer check.
+fn check_foreign_uid(socket: &Path) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            !bench_harness::tools::in_ci(),
+            "the foreign-uid check needs root under CI=true"
+        );
+        eprintln!("skipping the foreign-uid check: not root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "socket mode is {mode:o}, not 600");
+    let outcome = connect_as_nobody(socket);
+    assert!(
+        matches!(
+            outcome,
+            ForeignPeer::ConnectRefused | ForeignPeer::ClosedOrError
+        ),
+        "a nobody peer got {outcome:?} through the 0600 socket"
+    );
+    // Open the mode so the connection reaches the library: its peer check
+    // must refuse it.
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let dir = socket.parent().unwrap();
+    let dir_mode = std::fs::metadata(dir).unwrap().permissions().mode();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(dir_mode | 0o711)).unwrap();
+    let outcome = connect_as_nobody(socket);
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(
+        outcome,
+        ForeignPeer::ClosedOrError,
+        "the library served a peer of another uid"
+    );
+}

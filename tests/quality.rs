@@ -1,0 +1,241 @@
+//! Profile quality and acceptance by the real consumers.
+//!
+//! - The taken-branch distribution of the deterministic program matches the
+//!   exact counts callgrind gives for the same run (overlap ≥ 0.95 over the
+//!   main binary's edges), and so do the instruction weights the AutoFDO
+//!   ranges imply.
+//! - llvm-profgen-19 and create_llvm_prof accept perf.script and the AutoFDO
+//!   text, for the executable and for a shared library, and the function
+//!   that is hottest by construction comes out hottest.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Command;
+
+use bench_harness::elf::{ElfModule, ModuleMap};
+use bench_harness::overlap::{instruction_weights, overlap};
+use bench_harness::{afdo, callgrind, Edge};
+use common::*;
+
+const PERIOD_NS: u64 = 100_000;
+/// Outer iterations of branchy.c, the same for callgrind and the tracer.
+const BRANCHY_ITERATIONS: &str = "6000000";
+
+/// Runs llvm-profgen on perf.script for `binary` and create_llvm_prof on the
+/// module's AutoFDO text; both must succeed and name `expected` hottest.
+fn check_consumers(rec: &Recording, binary: &Path, expected: &str, work: &Path) -> Option<()> {
+    let profgen = tool("llvm-profgen-19")?;
+    let create = tool("create_llvm_prof")?;
+    let profdata = tool("llvm-profdata-19")?;
+    let name = binary.file_name().unwrap().to_str().unwrap();
+
+    let profgen_out = work.join(format!("{name}.profgen.prof"));
+    let output = run_tool(
+        Command::new(&profgen)
+            .arg(format!(
+                "--perfscript={}",
+                rec.dir.join("perf.script").display()
+            ))
+            .arg(format!("--binary={}", binary.display()))
+            .arg(format!("--output={}", profgen_out.display())),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("No relevant mmap event"),
+        "llvm-profgen found no MMAP2 line for {name}: {stderr}"
+    );
+    let totals = function_totals(&profdata, &profgen_out);
+    assert_eq!(
+        hottest(&totals),
+        Some(expected),
+        "llvm-profgen profile of {name}: hottest function is not {expected}: {totals:?}"
+    );
+
+    let afdo_text = rec.dir.join(format!("{name}.afdo.txt"));
+    assert!(
+        afdo_text.is_file(),
+        "{} was not written",
+        afdo_text.display()
+    );
+    let create_out = work.join(format!("{name}.afdo.prof"));
+    run_tool(
+        Command::new(&create)
+            .arg("--profiler=text")
+            .arg(format!("--profile={}", afdo_text.display()))
+            .arg(format!("--binary={}", binary.display()))
+            .arg(format!("--out={}", create_out.display())),
+    );
+    let size = std::fs::metadata(&create_out).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 0,
+        "create_llvm_prof wrote an empty profile for {name}"
+    );
+    let totals = function_totals(&profdata, &create_out);
+    assert_eq!(
+        hottest(&totals),
+        Some(expected),
+        "create_llvm_prof profile of {name}: hottest function is not {expected}: {totals:?}"
+    );
+    Some(())
+}
+
+/// The AutoFDO branches of a module are the perf.script entries of that
+/// module, with the same counts, in the module's offset space.
+fn check_afdo_matches_script(rec: &Recording, basename: &str) -> afdo::AfdoProfile {
+    let profile = afdo::parse_file(&rec.dir.join(format!("{basename}.afdo.txt")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        !profile.branches.is_empty(),
+        "{basename}.afdo.txt has no branches"
+    );
+    assert!(
+        !profile.ranges.is_empty(),
+        "{basename}.afdo.txt has no ranges"
+    );
+    let (modules, _) = ModuleMap::from_mmaps(&rec.script.mmaps);
+    let (_, module) = modules.module_by_basename(basename).unwrap();
+    let script_edges = module_edges(&rec.script, basename);
+    for (edge, &count) in &profile.branches {
+        let vaddr_edge = Edge {
+            from: module.vaddr_of_offset(edge.from),
+            to: module.vaddr_of_offset(edge.to),
+        };
+        assert_eq!(
+            script_edges.get(&vaddr_edge).copied(),
+            Some(count),
+            "{basename}.afdo.txt branch {:x}->{:x}:{count} disagrees with perf.script",
+            edge.from,
+            edge.to
+        );
+    }
+    profile
+}
+
+#[test]
+fn branchy_matches_callgrind_and_consumers_accept_it() {
+    let tracer = tracer();
+    let (Some(clang), Some(valgrind)) = (tool("clang-19"), tool("valgrind")) else {
+        return;
+    };
+    let dir = Scratch::new("quality");
+    let binary = build(&clang, &dir.0, "branchy", &["branchy.c"], &[]);
+
+    let callgrind_out = dir.path("callgrind.out");
+    let reference = run_tool(
+        Command::new(&valgrind)
+            .args([
+                "--tool=callgrind",
+                "--dump-instr=yes",
+                "--collect-jumps=yes",
+            ])
+            .arg(format!("--callgrind-out-file={}", callgrind_out.display()))
+            .arg(&binary)
+            .arg(BRANCHY_ITERATIONS),
+    );
+    let profile = callgrind::parse_file(&callgrind_out).unwrap_or_else(|e| panic!("{e}"));
+    let (_, exact) = profile
+        .object_by_basename("branchy")
+        .expect("callgrind saw branchy");
+
+    let out = dir.path("out");
+    let native = run_native(&binary, &[BRANCHY_ITERATIONS], &[]);
+    assert_eq!(
+        native.stdout, reference.stdout,
+        "valgrind changed the program's output"
+    );
+    let profiled = record(
+        &tracer,
+        &out,
+        PERIOD_NS,
+        &binary,
+        &[BRANCHY_ITERATIONS],
+        &[],
+    );
+    assert_same_behaviour("branchy", &native, &profiled);
+    let rec = load(&out);
+    check_summary(&rec);
+
+    // Callgrind has no return edges: compare the other transfers.
+    let module = ElfModule::load(&binary).unwrap();
+    let index = module.instructions();
+    let traced: BTreeMap<Edge, u64> = module_edges(&rec.script, "branchy")
+        .into_iter()
+        .filter(|(e, _)| {
+            index
+                .position(e.from)
+                .is_some_and(|k| index.flows[k] != iced_x86::FlowControl::Return)
+        })
+        .collect();
+    let edge_overlap = overlap(&exact.taken_edges(), &traced);
+    eprintln!(
+        "branchy: edge overlap with callgrind {edge_overlap:.4} over {} traced edges",
+        traced.len()
+    );
+    assert!(
+        edge_overlap >= 0.95,
+        "branchy: taken-branch overlap with callgrind is {edge_overlap:.4} < 0.95\n\
+         callgrind: {:x?}\ntraced: {traced:x?}",
+        exact.taken_edges()
+    );
+
+    let afdo_profile = check_afdo_matches_script(&rec, "branchy");
+    let ranges: Vec<_> = afdo_profile
+        .range_list()
+        .into_iter()
+        .map(|mut r| {
+            r.begin = module.vaddr_of_offset(r.begin);
+            r.end = module.vaddr_of_offset(r.end);
+            r
+        })
+        .collect();
+    let weights = instruction_weights(&ranges, &index.starts);
+    let instruction_overlap = overlap(&exact.instructions, &weights);
+    eprintln!("branchy: instruction overlap with callgrind {instruction_overlap:.4}");
+    assert!(
+        instruction_overlap >= 0.90,
+        "branchy: instruction weights from AutoFDO ranges overlap callgrind by only \
+         {instruction_overlap:.4}"
+    );
+
+    check_consumers(&rec, &binary, "hottest", &dir.0);
+}
+
+#[test]
+fn shared_library_profiles() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("sharedlib");
+    let library = build(
+        &clang,
+        &dir.0,
+        "libwork.so",
+        &["libwork.c"],
+        &["-fPIC", "-shared"],
+    );
+    let dir_text = dir.0.display().to_string();
+    let binary = build(
+        &clang,
+        &dir.0,
+        "pie_main",
+        &["pie_main.c"],
+        &["-fPIE", "-pie", "-L", &dir_text, "-lwork"],
+    );
+    let envs = [("LD_LIBRARY_PATH", OsStr::new(&dir_text))];
+    let args = ["5000000"];
+    let native = run_native(&binary, &args, &envs);
+    let out = dir.path("out");
+    let profiled = record(&tracer, &out, PERIOD_NS, &binary, &args, &envs);
+    assert_same_behaviour("pie_main", &native, &profiled);
+    let rec = load(&out);
+    check_summary(&rec);
+    check_afdo_matches_script(&rec, "libwork.so");
+    check_afdo_matches_script(&rec, "pie_main");
+    check_consumers(&rec, &library, "lib_hot", &dir.0);
+    // The executable's own profile: main_step is its hottest function.
+    check_consumers(&rec, &binary, "main_step", &dir.0);
+}

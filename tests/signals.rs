@@ -1,0 +1,55 @@
+//! The host program's own signal use and fork keep working under the tracer.
+
+mod common;
+
+use common::*;
+
+const PERIOD_NS: u64 = 100_000;
+
+/// A SIGTRAP handler installed by the program after the session started sees
+/// exactly the SIGTRAPs the program raised (none of the tracer's own).
+#[test]
+fn application_sigtrap_handler_keeps_working() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("sigtrap");
+    let binary = build(&clang, &dir.0, "sigtrap", &["sigtrap.c"], &[]);
+    let args = ["3000"];
+    let native = run_native(&binary, &args, &[]);
+    assert!(
+        String::from_utf8_lossy(&native.stdout).starts_with("sigtrap own=3000 foreign=0 "),
+        "native run: {native:?}"
+    );
+    let out = dir.path("out");
+    let profiled = record(&tracer, &out, PERIOD_NS, &binary, &args, &[]);
+    assert_same_behaviour("sigtrap", &native, &profiled);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_valid_traces("sigtrap", &rec);
+}
+
+/// fork without exec: the child keeps running under the inherited library
+/// state and exits normally through exit(); the parent's profile is sound.
+#[test]
+fn fork_without_exec() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("fork");
+    let binary = build(&clang, &dir.0, "forker", &["forker.c"], &[]);
+    let args = ["30000000"];
+    let native = run_native(&binary, &args, &[]);
+    assert!(
+        String::from_utf8_lossy(&native.stdout).contains("child-exit=0 signaled=0"),
+        "native run: {native:?}"
+    );
+    let out = dir.path("out");
+    let profiled = record(&tracer, &out, PERIOD_NS, &binary, &args, &[]);
+    assert_same_behaviour("forker", &native, &profiled);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_valid_traces("forker", &rec);
+}
