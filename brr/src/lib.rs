@@ -6,3 +6,4 @@
 pub mod emu;
 pub mod encoding;
 pub mod lfsr;
+pub mod workload;

@@ -138,6 +138,12 @@ impl Process {
         }
     }
 
+    /// Services the syscall `step` just stopped at; `Some(status)` when the
+    /// guest exits. For callers that drive `Machine::step` themselves.
+    pub fn service_syscall(&mut self) -> Result<Option<i32>, RunError> {
+        self.syscall()
+    }
+
     fn disassemble(&mut self, ip: u64) -> String {
         let mut bytes = [0u8; 15];
         use super::mem::Memory;
@@ -209,6 +215,7 @@ impl Process {
                 0
             }
             12 => self.brk(a[0]),
+            25 => self.mremap(a[0], a[1], a[2], a[3]),
             13 | 14 | 131 => 0,
             16 => self.ioctl(a[0], a[1], a[2]),
             21 => self.with_path(a[0], |p| {
@@ -452,6 +459,34 @@ impl Process {
             Ok(()) => start as i64,
             Err(_) => -i64::from(libc::ENOMEM),
         }
+    }
+
+    /// mremap: shrinking keeps the address; growing moves the mapping when
+    /// MREMAP_MAYMOVE allows (always, here), as Linux may.
+    fn mremap(&mut self, old: u64, old_len: u64, new_len: u64, flags: u64) -> i64 {
+        const MREMAP_MAYMOVE: u64 = 1;
+        let old_len = old_len.div_ceil(PAGE) * PAGE;
+        let new_len = new_len.div_ceil(PAGE) * PAGE;
+        if new_len <= old_len {
+            self.machine.mem.unmap(old + new_len, old_len - new_len);
+            return old as i64;
+        }
+        if flags & MREMAP_MAYMOVE == 0 {
+            return -i64::from(libc::ENOMEM);
+        }
+        let mut data = vec![0u8; old_len as usize];
+        if self.machine.mem.peek(old, &mut data).is_err() {
+            return -i64::from(libc::EFAULT);
+        }
+        let new = self.mmap(0, new_len, 3, 0x22, -1);
+        if new < 0 {
+            return new;
+        }
+        if self.machine.mem.poke(new as u64, &data).is_err() {
+            return -i64::from(libc::EFAULT);
+        }
+        self.machine.mem.unmap(old, old_len);
+        new
     }
 
     fn arch_prctl(&mut self, code: u64, addr: u64) -> i64 {

@@ -36,3 +36,50 @@ pub fn run(cmd: &mut Command) -> Output {
     );
     out
 }
+
+pub use brr::workload::Compiler as Cc;
+
+fn in_ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// Builds a static musl executable from C `sources` with `cc` at -O2;
+/// None when a compiler is missing outside CI.
+pub fn build_static(name: &str, sources: &[PathBuf], cc: Cc, extra: &[&str]) -> Option<PathBuf> {
+    let tool = if cc == Cc::Gcc {
+        "musl-gcc"
+    } else {
+        "clang-19"
+    };
+    if !have_tool(tool) || !have_tool("musl-gcc") {
+        return None;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("builds");
+    std::fs::create_dir_all(&dir).unwrap();
+    Some(
+        brr::workload::build_static(&dir, name, sources, cc, extra)
+            .unwrap_or_else(|e| panic!("{e:#}")),
+    )
+}
+
+/// Directory of the workload sources.
+pub fn workloads() -> PathBuf {
+    brr::workload::workload_dir()
+}
+
+/// The bzip2 source tree (fetched once into the target dir); None outside CI
+/// when it cannot be fetched.
+pub fn bzip2_source() -> Option<PathBuf> {
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("debian-src");
+    match brr::workload::bzip2_source(&cache) {
+        Ok(tree) => Some(tree),
+        Err(e) if !in_ci() => {
+            eprintln!("skipping: {e:#}");
+            None
+        }
+        Err(e) => panic!("{e:#}"),
+    }
+}
+
+#[allow(unused_imports)]
+pub use brr::workload::{bzip2_sources, sample_text};

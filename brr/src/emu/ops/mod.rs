@@ -142,7 +142,7 @@ pub fn handler_for<R: Registers, M: Memory>(code: Code) -> Handler<R, M> {
         | Andnpd | Paddb | Paddw | Paddd | Paddq | Psubb | Psubw | Psubd | Psubq | Pcmpeqb
         | Pcmpeqw | Pcmpeqd | Pcmpgtb | Pcmpgtw | Pcmpgtd | Pminub | Pmaxub | Pminsw | Pmaxsw
         | Pavgb | Pmullw | Pmuludq | Punpcklbw | Punpcklwd | Punpckldq | Punpcklqdq | Punpckhbw
-        | Punpckhwd | Punpckhdq | Punpckhqdq | Packuswb => sse::packed,
+        | Punpckhwd | Punpckhdq | Punpckhqdq | Packuswb | Packsswb | Packssdw => sse::packed,
         Pmovmskb => sse::pmovmskb,
         Movmskps | Movmskpd => sse::movmskps,
         Pshufd | Pshuflw | Pshufhw | Shufps => sse::shuffle,

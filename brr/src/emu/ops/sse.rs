@@ -233,7 +233,9 @@ pub fn packed<R: Registers, M: Memory>(m: &mut Machine<R, M>, ins: &Instruction)
         Punpckhwd => interleave(a, b, 2, true),
         Punpckhdq => interleave(a, b, 4, true),
         Punpckhqdq => interleave(a, b, 8, true),
-        Packuswb => pack_us(a, b),
+        Packuswb => pack(a, b, 2, 0, 255),
+        Packsswb => pack(a, b, 2, -128, 127),
+        Packssdw => pack(a, b, 4, -32768, 32767),
         _ => return Err(unsupported(m, ins)),
     };
     write_v(m, ins, 0, 16, r)
@@ -258,12 +260,18 @@ fn interleave(a: u128, b: u128, lane: usize, high: bool) -> u128 {
     out
 }
 
-fn pack_us(a: u128, b: u128) -> u128 {
+/// packuswb/packsswb/packssdw: narrow signed `lane`-byte elements of a then
+/// b to half width, saturating to `lo..=hi`.
+fn pack(a: u128, b: u128, lane: usize, lo: i64, hi: i64) -> u128 {
+    let n = 16 / lane;
+    let bits = lane * 8;
+    let half = bits / 2;
     let mut out = 0u128;
     for (k, v) in [a, b].into_iter().enumerate() {
-        for i in 0..8 {
-            let w = sx((v >> (i * 16)) as u64 & 0xffff, 2).clamp(0, 255) as u128;
-            out |= w << ((k * 8 + i) * 8);
+        for i in 0..n {
+            let x = sx((v >> (i * bits)) as u64 & ((1u64 << bits) - 1), lane).clamp(lo, hi);
+            let w = (x as u64 & ((1u64 << half) - 1)) as u128;
+            out |= w << ((k * n + i) * half);
         }
     }
     out
