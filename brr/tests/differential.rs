@@ -58,7 +58,8 @@ fn same_as_native(exe: &Path, args: &[&str], input: &[u8]) {
 fn charclass_microbenchmark() {
     let src = common::workloads().join("charclass.c");
     for cc in [Cc::Gcc, Cc::Clang] {
-        let Some(exe) = common::build_static("charclass", std::slice::from_ref(&src), cc, &[]) else {
+        let Some(exe) = common::build_static("charclass", std::slice::from_ref(&src), cc, &[])
+        else {
             continue;
         };
         same_as_native(&exe, &["1"], b"");
