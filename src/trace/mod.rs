@@ -12,6 +12,7 @@
 //! - `CLOSED` / `FREE`: no events; handlers that still arrive (a signal
 //!   queued before the events were disabled) are ignored.
 
+pub mod calibrate;
 pub mod chain;
 pub mod counters;
 pub mod exec_map;

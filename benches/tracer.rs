@@ -1,0 +1,123 @@
+//! `cargo bench --bench tracer`: the tracer's own costs on this machine.
+//!
+//! 1. The breakpoint microbenchmark (paper §3.2): median cost of one move
+//!    and of one whole stop (move + trigger + handler).
+//! 2. A real session on a branchy loop for N = 16 and N = 32, interleaved
+//!    runs: median handler time per trace, breakpoints per trace, decode
+//!    time per decoded branch and per branch followed.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use breakdance::control::config::Options;
+use breakdance::control::session;
+use breakdance::sys;
+use breakdance::trace::calibrate;
+
+const RUNS: usize = 5;
+
+#[inline(never)]
+fn work(n: u64) -> u64 {
+    let steps: [fn(u64) -> u64; 4] = [
+        |x| x.wrapping_mul(3) + 1,
+        |x| x / 2,
+        |x| x ^ 0x55,
+        |x| x.rotate_left(7),
+    ];
+    let mut x = 7u64;
+    let mut acc = 0u64;
+    for i in 0..n {
+        let f = black_box(steps[(x % 4) as usize]);
+        x = f(x) ^ i;
+        if x & 4 == 0 {
+            acc = acc.wrapping_add(x);
+        } else if x & 8 == 0 {
+            acc ^= x >> 3;
+        }
+    }
+    acc
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+struct Run {
+    handler_us_per_trace: f64,
+    bps_per_trace: f64,
+    decode_ns_per_decoded: f64,
+    decode_ns_per_branch: f64,
+    stop_us_in_handler: f64,
+}
+
+fn traced_run(lbr: usize, dir: &std::path::Path) -> Run {
+    let opts = Options::parse_words(&format!(
+        "event=task-clock period=1000000 lbr={lbr} out={}",
+        dir.display()
+    ))
+    .expect("options");
+    session::start(&opts).expect("session starts (needs hardware breakpoints and task-clock)");
+    let tracer = breakdance::trace::tracer().expect("tracer");
+    let t0 = Instant::now();
+    let mut acc = 0;
+    while t0.elapsed() < Duration::from_secs(2) {
+        acc ^= work(black_box(1_000_000));
+    }
+    black_box(acc);
+    let c = tracer.totals();
+    session::stop().expect("stop");
+    let traces = c.traces_started.max(1) as f64;
+    let branches = (c.statically_resolved + c.dynamically_evaluated).max(1) as f64;
+    Run {
+        handler_us_per_trace: (c.sampling_ns + c.breakpoint_ns) as f64 / traces / 1e3,
+        bps_per_trace: c.breakpoints as f64 / traces,
+        decode_ns_per_decoded: c.decode_ns as f64 / c.segments_decoded.max(1) as f64,
+        decode_ns_per_branch: c.decode_ns as f64 / branches,
+        stop_us_in_handler: c.breakpoint_ns as f64 / c.breakpoints.max(1) as f64 / 1e3,
+    }
+}
+
+fn main() {
+    // cargo bench passes --bench; a plain `cargo test` run of benches passes nothing useful.
+    let old = calibrate::install_handler().expect("installing the calibration handler");
+    let mut moves = Vec::new();
+    let mut stops = Vec::new();
+    for _ in 0..RUNS {
+        let c = calibrate::measure_on_this_thread(5, 2_000).expect("hardware breakpoints");
+        moves.push(c.move_ns);
+        stops.push(c.stop_ns);
+    }
+    sys::restore_action(libc::SIGTRAP, &old).expect("restoring SIGTRAP");
+    println!("breakpoint microbenchmark ({RUNS} runs x 5 rounds x 2000 stops, medians):");
+    println!(
+        "  move (PERF_EVENT_IOC_MODIFY_ATTRIBUTES)     {:8.2} us",
+        median(moves) / 1e3
+    );
+    println!(
+        "  stop (move + trigger + SIGTRAP + handler)  {:8.2} us",
+        median(stops) / 1e3
+    );
+
+    let dir = std::env::temp_dir().join(format!("bd-bench-{}", std::process::id()));
+    let mut by_n: Vec<(usize, Vec<Run>)> = vec![(16, Vec::new()), (32, Vec::new())];
+    for _ in 0..RUNS {
+        for (n, runs) in by_n.iter_mut() {
+            runs.push(traced_run(*n, &dir));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("\ntracer on a branchy loop, task-clock period 1 ms, {RUNS} interleaved runs of 2 s, medians:");
+    println!("  N   handler us/trace  breakpoints/trace  in-handler us/stop  decode ns/decoded branch  decode ns/branch followed");
+    for (n, runs) in by_n {
+        let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
+        println!(
+            "  {n:<3} {:>16.1} {:>18.1} {:>19.2} {:>25.0} {:>26.1}",
+            m(|r| r.handler_us_per_trace),
+            m(|r| r.bps_per_trace),
+            m(|r| r.stop_us_in_handler),
+            m(|r| r.decode_ns_per_decoded),
+            m(|r| r.decode_ns_per_branch)
+        );
+    }
+}
