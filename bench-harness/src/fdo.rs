@@ -31,6 +31,9 @@ const VARIANTS: [&str; 5] = [
     "instrumented PGO",
 ];
 
+/// Produces one optimised binary of a workload.
+type BuildStep<'a> = Box<dyn Fn() -> Result<PathBuf> + 'a>;
+
 pub fn run(opts: &Options) -> Result<usize> {
     let mut rep = Report::new(&opts.results, "fdo", "Feedback-directed optimisation")?;
     let ws = Workspace {
@@ -63,7 +66,7 @@ pub fn run(opts: &Options) -> Result<usize> {
         let dir = ws.cache.join("runs").join("fdo").join(name);
         std::fs::create_dir_all(&dir)?;
         let mut binaries: Vec<Option<PathBuf>> = vec![Some(w.binary.clone())];
-        let steps: [(&str, Box<dyn Fn() -> Result<PathBuf> + '_>); 4] = [
+        let steps: [(&str, BuildStep); 4] = [
             (
                 VARIANTS[1],
                 Box::new(|| {

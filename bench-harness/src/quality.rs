@@ -545,7 +545,8 @@ fn write(rep: &mut Report, rows: &[Row], runs: usize) -> Result<()> {
     rep.table("quality", "Similarity to the exact profile (Table 4)", &t)?;
     let mut names: Vec<&str> = rows.iter().map(|r| r.workload.as_str()).collect();
     names.dedup();
-    let metrics: [(&str, &str, fn(&Row) -> f64); 4] = [
+    type Metric = (&'static str, &'static str, fn(&Row) -> f64);
+    let metrics: [Metric; 4] = [
         ("instruction_overlap", "instruction-weight overlap", |r| {
             r.scores.instruction_overlap
         }),

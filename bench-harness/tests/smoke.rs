@@ -1,0 +1,250 @@
+//! Smoke test of every experiment in `--quick` mode: the real workloads
+//! (Debian sources built with clang-19, python3, xz), the real tracer, the
+//! real valgrind/create_llvm_prof/llvm-profgen. It checks that each pipeline
+//! runs without a failed step and that the numbers are sane (fractions in
+//! [0, 1], no invented branches, positive times) — never how fast anything is.
+//!
+//! The experiments share one workload cache and run one at a time.
+
+use bench_harness::tools;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workloads")
+}
+
+/// The tools the experiments need; `None` when one is missing outside CI
+/// (under `CI=true` a missing tool panics).
+fn tools_present() -> Option<()> {
+    for t in [
+        "clang-19",
+        "valgrind",
+        "create_llvm_prof",
+        "llvm-profgen-19",
+        "llvm-profdata-19",
+        "dpkg-source",
+        "tclsh",
+    ] {
+        tools::require(t)?;
+    }
+    Some(())
+}
+
+/// Runs `bench-harness EXPERIMENT --quick` into a fresh results directory
+/// and returns it; panics with the harness's stderr when it fails.
+fn run(experiment: &str) -> PathBuf {
+    let results = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("smoke-results")
+        .join(experiment);
+    let _ = std::fs::remove_dir_all(&results);
+    let out = Command::new(env!("CARGO_BIN_EXE_bench-harness"))
+        .arg(experiment)
+        .arg("--quick")
+        .arg("--cache")
+        .arg(cache())
+        .arg("--results")
+        .arg(&results)
+        .output()
+        .expect("bench-harness runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench-harness {experiment} --quick failed ({}):\n{stderr}",
+        out.status
+    );
+    let dir = results.join(experiment);
+    let failures = read_csv(&dir.join("failures.csv"));
+    assert!(failures.len() == 1, "failed steps: {failures:?}");
+    assert!(dir.join("README.md").is_file());
+    dir
+}
+
+/// A minimal CSV reader (quoted cells may hold commas and doubled quotes).
+fn read_csv(path: &Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut rows = Vec::new();
+    for line in text.lines() {
+        let mut cells = Vec::new();
+        let mut cell = String::new();
+        let mut quoted = false;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (c, quoted) {
+                ('"', true) if chars.peek() == Some(&'"') => {
+                    cell.push('"');
+                    chars.next();
+                }
+                ('"', _) => quoted = !quoted,
+                (',', false) => cells.push(std::mem::take(&mut cell)),
+                _ => cell.push(c),
+            }
+        }
+        cells.push(cell);
+        rows.push(cells);
+    }
+    rows
+}
+
+/// The leading number of a cell such as `1.023 (0.98–1.10)`.
+fn num(cell: &str) -> f64 {
+    cell.split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a number: {cell:?}"))
+}
+
+fn column(rows: &[Vec<String>], name: &str) -> usize {
+    rows[0]
+        .iter()
+        .position(|h| h == name)
+        .unwrap_or_else(|| panic!("no column {name:?} in {:?}", rows[0]))
+}
+
+fn svg_ok(path: &Path) {
+    let s = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        s.starts_with("<svg") && s.trim_end().ends_with("</svg>"),
+        "{}",
+        path.display()
+    );
+}
+
+#[test]
+fn workloads_build_and_run() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if tools_present().is_none() {
+        return;
+    }
+    let dir = run("workloads");
+    let rows = read_csv(&dir.join("workloads.csv"));
+    let names: Vec<&str> = rows[1..].iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(names, ["lua", "bzip2", "python3", "xz"]);
+    for r in &rows[1..] {
+        assert!(num(&r[5]) > 0.0 && num(&r[6]) > 0.0, "{r:?}");
+        assert_ne!(r[3], r[4], "train and eval inputs must differ");
+    }
+}
+
+#[test]
+fn overhead_table_breakdown_and_factors() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if tools_present().is_none() {
+        return;
+    }
+    let dir = run("overhead");
+    let t1 = read_csv(&dir.join("table1.csv"));
+    assert_eq!(t1.len(), 1 + 4 + 1, "4 workloads and a geomean row: {t1:?}");
+    assert_eq!(t1.last().unwrap()[0], "geomean");
+    for r in &t1[1..t1.len() - 1] {
+        assert!(num(&r[1]) > 0.0, "{r:?}");
+        for cell in &r[2..] {
+            let ratio = num(cell);
+            assert!(ratio.is_finite() && ratio > 0.0, "{r:?}");
+        }
+    }
+    let f = read_csv(&dir.join("factors.csv"));
+    assert_eq!(f.len(), 5, "{f:?}");
+    let (tc, sc) = (
+        column(&f, "t (taken fraction)"),
+        column(&f, "s (static fraction)"),
+    );
+    for r in &f[1..] {
+        let (t, s) = (num(&r[tc]), num(&r[sc]));
+        assert!((0.0..=1.0).contains(&t) && (0.0..1.0).contains(&s), "{r:?}");
+        assert!(num(&r[column(&f, "dynamically evaluated")]) > 0.0, "{r:?}");
+    }
+    let b = read_csv(&dir.join("breakdown.csv"));
+    assert!(b.len() > 1);
+    for r in &b[1..] {
+        let parts: f64 = (3..7).map(|i| num(&r[i])).sum();
+        assert!((parts - 100.0).abs() < 0.5, "{r:?}");
+        assert!(num(&r[column(&b, "samples/run")]) > 0.0, "{r:?}");
+    }
+    for p in ["overhead_vs_rate.svg", "breakdown.svg", "factors.svg"] {
+        svg_ok(&dir.join(p));
+    }
+}
+
+#[test]
+fn quality_against_callgrind() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if tools_present().is_none() {
+        return;
+    }
+    let dir = run("quality");
+    let q = read_csv(&dir.join("quality.csv"));
+    assert_eq!(q.len(), 1 + 4 * 2, "4 workloads x 2 periods: {q:?}");
+    for r in &q[1..] {
+        for name in [
+            "instruction overlap",
+            "function overlap",
+            "taken-edge overlap",
+        ] {
+            let v = num(&r[column(&q, name)]);
+            assert!(v > 0.0 && v <= 1.0, "{name} {r:?}");
+        }
+        // The tracer must never invent a branch.
+        assert_eq!(
+            num(&r[column(&q, "edges not taken in reference")]),
+            0.0,
+            "{r:?}"
+        );
+        assert_eq!(num(&r[column(&q, "invalid entries")]), 0.0, "{r:?}");
+        let sim = &r[column(&q, "function similarity (AutoFDO)")];
+        if r[0] == "lua" || r[0] == "bzip2" {
+            let v = num(sim);
+            assert!(v > 0.0 && v <= 1.0, "{r:?}");
+        }
+    }
+    svg_ok(&dir.join("instruction_overlap.svg"));
+}
+
+#[test]
+fn fdo_variants_build_and_time() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if tools_present().is_none() {
+        return;
+    }
+    let dir = run("fdo");
+    let s = read_csv(&dir.join("speedup.csv"));
+    assert_eq!(s[1][0], "bzip2");
+    for cell in &s[1][1..] {
+        let v = num(cell);
+        assert!(v.is_finite() && v > 0.0, "{:?}", s[1]);
+    }
+    svg_ok(&dir.join("speedup.svg"));
+}
+
+#[test]
+fn breakpoint_cost() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = run("bpcost");
+    let b = read_csv(&dir.join("bpcost.csv"));
+    assert_eq!(b.len(), 3, "1 and 2 threads: {b:?}");
+    for r in &b[1..] {
+        for c in 1..5 {
+            assert!(num(&r[c]) > 0.0, "{r:?}");
+        }
+    }
+    svg_ok(&dir.join("bpcost.svg"));
+}
+
+#[test]
+fn bad_arguments_are_named() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bench-harness"))
+        .arg("nonsense")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown experiment 'nonsense'"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_bench-harness"))
+        .args(["overhead", "--cache"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--cache needs a directory"));
+}
