@@ -71,7 +71,7 @@ fn branchy_loop() {
 #[test]
 fn indirect_calls_and_switch() {
     let Some((_dir, rec)) =
-        check_program("indirect", &["indirect.c"], &[], &["60000000"], 2000, &[])
+        check_program("indirect", &["indirect.c"], &[], &["25000000"], 2000, &[])
     else {
         return;
     };

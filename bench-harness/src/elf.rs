@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SymbolKind};
 
 use crate::perfscript::Mmap;
@@ -44,6 +44,8 @@ pub struct Segment {
     pub memsz: u64,
     pub offset: u64,
     pub filesz: u64,
+    /// PF_X is set.
+    pub executable: bool,
 }
 
 /// A function symbol.
@@ -109,11 +111,16 @@ impl ElfModule {
             .segments()
             .map(|s| {
                 let (offset, filesz) = s.file_range();
+                let executable = matches!(
+                    s.flags(),
+                    object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0
+                );
                 Segment {
                     vaddr: s.address(),
                     memsz: s.size(),
                     offset,
                     filesz,
+                    executable,
                 }
             })
             .collect();
@@ -166,10 +173,15 @@ impl ElfModule {
     /// The load bias of a mapping of this file starting at runtime `start`
     /// from file offset `pgoff`, or `None` when no PT_LOAD holds `pgoff`.
     pub fn bias_for_mapping(&self, start: u64, pgoff: u64) -> Option<u64> {
+        // With lld's layout the last page of the read-only segment is also
+        // the first page of the executable one: prefer the executable segment,
+        // since the mappings perf.script lists are the executable ones.
+        let holds = |s: &&Segment| pgoff >= s.offset & !0xfff && pgoff < s.offset + s.filesz.max(1);
         let segment = self
             .segments
             .iter()
-            .find(|s| pgoff >= s.offset & !0xfff && pgoff < s.offset + s.filesz.max(1))?;
+            .filter(holds)
+            .max_by_key(|s| (s.executable, s.offset))?;
         let vaddr = segment
             .vaddr
             .wrapping_add(pgoff)
@@ -250,11 +262,7 @@ impl ElfModule {
                     decoder.decode_out(&mut instruction);
                     index.starts.push(instruction.ip());
                     index.lengths.push(instruction.len() as u8);
-                    index.flows.push(if instruction.is_invalid() {
-                        FlowControl::Exception
-                    } else {
-                        instruction.flow_control()
-                    });
+                    index.flows.push(user_flow(&instruction));
                 }
                 from = to;
             }
@@ -267,6 +275,20 @@ impl ElfModule {
             lengths: order.iter().map(|&i| index.lengths[i]).collect(),
             flows: order.iter().map(|&i| index.flows[i]).collect(),
         }
+    }
+}
+
+/// How an instruction moves control as user-space code sees it. iced counts
+/// `syscall` and `sysenter` as calls, but they come back to the next
+/// instruction (the kernel part is invisible to a user-space trace, as with
+/// hardware LBR filtered to user mode): they are classed as interrupts.
+pub fn user_flow(instruction: &Instruction) -> FlowControl {
+    if instruction.is_invalid() {
+        return FlowControl::Exception;
+    }
+    match instruction.mnemonic() {
+        Mnemonic::Syscall | Mnemonic::Sysenter => FlowControl::Interrupt,
+        _ => instruction.flow_control(),
     }
 }
 
@@ -374,6 +396,51 @@ impl ModuleMap {
 mod tests {
     use super::*;
     use crate::tools;
+
+    #[test]
+    fn shared_page_resolves_to_the_executable_segment() {
+        // lld's layout (from a real libbreakdance.so): R at offset 0, R E at
+        // file offset 0x3f7a0 / vaddr 0x407a0; the r-xp mapping starts at
+        // file page 0x3f000, which both segments touch.
+        let module = ElfModule {
+            path: PathBuf::from("lib.so"),
+            first_load_vaddr: 0,
+            segments: vec![
+                Segment {
+                    vaddr: 0,
+                    memsz: 0x3f7a0,
+                    offset: 0,
+                    filesz: 0x3f7a0,
+                    executable: false,
+                },
+                Segment {
+                    vaddr: 0x407a0,
+                    memsz: 0x85180,
+                    offset: 0x3f7a0,
+                    filesz: 0x85180,
+                    executable: true,
+                },
+            ],
+            symbols: Vec::new(),
+            code: Vec::new(),
+            index: OnceLock::new(),
+        };
+        let start = 0x7f18_f905_5000;
+        assert_eq!(
+            module.bias_for_mapping(start, 0x3f000),
+            Some(start - 0x40000)
+        );
+    }
+
+    #[test]
+    fn syscall_is_not_a_user_transfer() {
+        let decode =
+            |bytes: &[u8]| Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
+        assert_eq!(user_flow(&decode(&[0x0f, 0x05])), FlowControl::Interrupt);
+        assert!(!is_transfer(user_flow(&decode(&[0x0f, 0x34]))));
+        assert_eq!(user_flow(&decode(&[0xc3])), FlowControl::Return);
+        assert_eq!(user_flow(&decode(&[0xe8, 0, 0, 0, 0])), FlowControl::Call);
+    }
 
     fn build(dir: &Path, pie: bool) -> Option<PathBuf> {
         let clang = tools::require("clang-19")?;

@@ -30,10 +30,13 @@ __attribute__((noinline)) static unsigned dispatch(unsigned x, unsigned selector
 
 int main(int argc, char **argv) {
     long iterations = argc > 1 ? atol(argv[1]) : 2000000;
-    unsigned x = 12345, acc = 0;
+    unsigned x = 12345, acc = 0, r = 1;
     for (long i = 0; i < iterations; i++) {
-        x = table[(x >> 4) & 7](x);
-        x = dispatch(x, x >> 9, &acc);
+        /* An LCG picks the table entry and the switch case, so every
+         * target runs, in a fixed order. */
+        r = r * 1103515245u + 12345u;
+        x = table[(r >> 16) & 7](x);
+        x = dispatch(x, r >> 20, &acc);
     }
     printf("indirect %ld %u %u\n", iterations, x, acc);
     return 0;
