@@ -5,5 +5,7 @@
 
 pub mod emu;
 pub mod encoding;
+pub mod instrument;
 pub mod lfsr;
+pub mod profile;
 pub mod workload;

@@ -154,3 +154,53 @@ pub fn sample_text(words: usize) -> Vec<u8> {
     }
     out
 }
+
+/// Compiles `sources` to assembly, instruments every unit with `variant`,
+/// and links them with the edge runtime into `dir/name-cc-variant`.
+pub fn build_instrumented(
+    dir: &Path,
+    name: &str,
+    sources: &[PathBuf],
+    cc: Compiler,
+    variant: crate::instrument::Variant,
+) -> Result<PathBuf> {
+    use crate::instrument::{rewrite, Variant, RUNTIME_C};
+    let tag = format!("{name}-{}-{}", cc.name(), variant.label());
+    let work = dir.join(format!("{tag}-work"));
+    std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
+    let mut objs = Vec::new();
+    for src in sources {
+        let unit = src
+            .file_name()
+            .context("source without a name")?
+            .to_string_lossy()
+            .into_owned();
+        let asm = work.join(format!("{unit}.s"));
+        run(cc.cc().args(CFLAGS).arg("-S").arg(src).arg("-o").arg(&asm))?;
+        let text = std::fs::read_to_string(&asm)
+            .with_context(|| format!("cannot read {}", asm.display()))?;
+        let out = work.join(format!("{unit}.inst.s"));
+        std::fs::write(&out, rewrite(&text, &unit, variant).text)
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        let obj = work.join(format!("{unit}.o"));
+        run(cc.cc().arg("-c").arg(&out).arg("-o").arg(&obj))?;
+        objs.push(obj);
+    }
+    let interval = match variant {
+        Variant::Counter { interval } => interval,
+        _ => 1,
+    };
+    let rt = work.join("edge_rt.c");
+    std::fs::write(&rt, RUNTIME_C).with_context(|| format!("cannot write {}", rt.display()))?;
+    let rt_obj = work.join("edge_rt.o");
+    run(Command::new("musl-gcc")
+        .args(["-O2", "-c"])
+        .arg(format!("-DBRR_INTERVAL={interval}"))
+        .arg(&rt)
+        .arg("-o")
+        .arg(&rt_obj))?;
+    objs.push(rt_obj);
+    let exe = dir.join(tag);
+    link(&objs, &exe)?;
+    Ok(exe)
+}

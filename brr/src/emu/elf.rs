@@ -242,3 +242,55 @@ pub fn setup_stack(
     }
     Ok(start)
 }
+
+/// The symbols of an ELF file's `.symtab`: (name, value) pairs.
+pub fn symbols(path: &Path) -> Result<Vec<(String, u64)>, LoadError> {
+    let p = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        path: p.clone(),
+        source,
+    })?;
+    let bad = |what: &str| LoadError::Format {
+        path: p.clone(),
+        what: what.to_string(),
+    };
+    if bytes.get(..4) != Some(b"\x7fELF") {
+        return Err(bad("not an ELF file"));
+    }
+    let shoff = u64_at(&bytes, 40).ok_or_else(|| bad("truncated header"))? as usize;
+    let shentsize = u16_at(&bytes, 58).ok_or_else(|| bad("truncated header"))? as usize;
+    let shnum = u16_at(&bytes, 60).ok_or_else(|| bad("truncated header"))? as usize;
+    let section = |i: usize| -> Option<(u64, usize, usize, usize, usize)> {
+        let o = shoff + i * shentsize;
+        Some((
+            u32_at(&bytes, o + 4)?,
+            u64_at(&bytes, o + 24)? as usize,
+            u64_at(&bytes, o + 32)? as usize,
+            u32_at(&bytes, o + 40)? as usize,
+            u64_at(&bytes, o + 56)? as usize,
+        ))
+    };
+    const SHT_SYMTAB: u64 = 2;
+    let mut out = Vec::new();
+    for i in 0..shnum {
+        let Some((kind, off, size, link, entsize)) = section(i) else {
+            return Err(bad("truncated section header"));
+        };
+        if kind != SHT_SYMTAB || entsize == 0 {
+            continue;
+        }
+        let (_, str_off, str_size, _, _) = section(link).ok_or_else(|| bad("bad string table"))?;
+        let strtab = bytes
+            .get(str_off..str_off + str_size)
+            .ok_or_else(|| bad("bad string table"))?;
+        for k in 0..size / entsize {
+            let e = off + k * entsize;
+            let name_off = u32_at(&bytes, e).ok_or_else(|| bad("truncated symbol table"))? as usize;
+            let value = u64_at(&bytes, e + 8).ok_or_else(|| bad("truncated symbol table"))?;
+            let name = strtab.get(name_off..).unwrap_or_default();
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            out.push((String::from_utf8_lossy(&name[..end]).into_owned(), value));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,136 @@
+//! Instrumented programs count edges correctly: `full` natively equals the
+//! exact profile the emulator measures on the uninstrumented build, the
+//! counter variant samples exactly every N-th site execution, and the brr
+//! variant under the emulator records one edge per taken brr at rate 1/N.
+
+mod common;
+
+use brr::instrument::Variant;
+use brr::profile::{self, EdgeProfile};
+use brr::workload;
+use common::Cc;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("instrumented");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn build(name: &str, src: &Path, cc: Cc, v: Variant) -> Option<PathBuf> {
+    let tool = if cc == Cc::Gcc {
+        "musl-gcc"
+    } else {
+        "clang-19"
+    };
+    if !common::have_tool(tool) || !common::have_tool("musl-gcc") {
+        return None;
+    }
+    Some(
+        workload::build_instrumented(&dir(), name, &[src.to_path_buf()], cc, v)
+            .unwrap_or_else(|e| panic!("{e:#}")),
+    )
+}
+
+/// Runs a command that may exit non-zero (opmix returns a hash bit field);
+/// a signal or the emulator's own error status (125) fails the test.
+fn output(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let code = out.status.code();
+    assert!(
+        code.is_some() && code != Some(125),
+        "{cmd:?}: {:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs natively (or under brr-run) and reads the edge file.
+fn run_edges(exe: &Path, args: &[&str], emulated: bool) -> (EdgeProfile, Vec<u8>) {
+    let edges = exe.with_extension("edges");
+    let _ = std::fs::remove_file(&edges);
+    let out = if emulated {
+        output(
+            Command::new(env!("CARGO_BIN_EXE_brr-run"))
+                .args(["--env", &format!("BRR_EDGES={}", edges.display())])
+                .arg(exe)
+                .args(args),
+        )
+    } else {
+        output(Command::new(exe).args(args).env("BRR_EDGES", &edges))
+    };
+    (
+        profile::sanitise_units(&profile::read_edges(&edges).unwrap()),
+        out.stdout,
+    )
+}
+
+fn check_workload(name: &str, args: &[&str]) {
+    let src = common::workloads().join(format!("{name}.c"));
+    for cc in [Cc::Gcc, Cc::Clang] {
+        let Some(none) = build(name, &src, cc, Variant::None) else {
+            continue;
+        };
+        let argv: Vec<String> = std::iter::once(none.display().to_string())
+            .chain(args.iter().map(|s| s.to_string()))
+            .collect();
+        let (exact, _) = profile::exact_edges(&none, &argv, &[]).unwrap();
+        let reference = output(Command::new(&none).args(args)).stdout;
+        assert!(exact.len() > 5, "{name} {cc:?}: only {} sites", exact.len());
+
+        let full = build(name, &src, cc, Variant::Full).unwrap();
+        let (counts, stdout) = run_edges(&full, args, false);
+        assert!(stdout == reference, "{name} {cc:?} full: output changed");
+        assert_eq!(
+            counts, exact,
+            "{name} {cc:?}: full counts differ from the exact profile"
+        );
+
+        let executions = profile::total(&exact);
+        let interval = 256u32;
+        let counter = build(name, &src, cc, Variant::Counter { interval }).unwrap();
+        let (samples, stdout) = run_edges(&counter, args, false);
+        assert!(stdout == reference, "{name} {cc:?} counter: output changed");
+        assert_eq!(
+            profile::total(&samples),
+            executions / u64::from(interval),
+            "{name} {cc:?}: counter samples"
+        );
+        for (k, &(t, f)) in &samples {
+            let (et, ef) = exact[k];
+            assert!(
+                t <= et && f <= ef,
+                "{name} {cc:?} site {k:?}: sampled edge never executed"
+            );
+        }
+
+        let brr_build = build(name, &src, cc, Variant::Brr { interval }).unwrap();
+        let (samples, stdout) = run_edges(&brr_build, args, true);
+        assert!(stdout == reference, "{name} {cc:?} brr: output changed");
+        let n = profile::total(&samples) as f64;
+        let mean = executions as f64 / f64::from(interval);
+        assert!(
+            (n - mean).abs() < 5.0 * mean.sqrt() + 1.0,
+            "{name} {cc:?}: {n} brr samples, expected {mean:.0}"
+        );
+        for (k, &(t, f)) in &samples {
+            let (et, ef) = exact[k];
+            assert!(
+                (t == 0 || et > 0) && (f == 0 || ef > 0),
+                "{name} {cc:?} site {k:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn charclass_edges() {
+    check_workload("charclass", &["1"]);
+}
+
+#[test]
+fn opmix_edges() {
+    check_workload("opmix", &[]);
+}
