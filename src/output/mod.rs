@@ -139,7 +139,7 @@ pub fn write_session(
         .num("dynamically_evaluated", c.dynamically_evaluated)
         .num("dynamic_taken", c.dynamic_taken)
         .num("buffer_swaps", c.buffer_swaps)
-        .num("sp_unchecked", c.sp_unchecked)
+        .num("sp_windowed", c.sp_windowed)
         .num("segments_decoded", c.segments_decoded)
         .num("segments_cached", c.segments_cached);
     j.begin_object(Some("handler_ns"))

@@ -75,7 +75,7 @@ counters!(
     decode_ns,
     segments_decoded,
     segments_cached,
-    sp_unchecked,
+    sp_windowed,
 );
 
 impl Counters {

@@ -16,7 +16,9 @@ use crate::sys;
 
 use super::counters::Counters;
 use super::exec_map::LiveCode;
-use super::{chain, Pending, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG};
+use super::{
+    chain, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG,
+};
 
 /// The interrupted thread's registers, as the kernel saved them.
 struct Ucontext<'a>(&'a libc::ucontext_t);
@@ -125,7 +127,7 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc:
     }
     Counters::bump(&c.traces_started);
     let regs = Ucontext(uc);
-    follow(tracer, slot, t, regs.rip(), Some(regs.rsp()));
+    follow(tracer, slot, t, regs.rip(), StackPointer::Exact(regs.rsp()));
     Counters::add(&c.sampling_ns, sys::now_ns().saturating_sub(t0));
 }
 
@@ -140,11 +142,11 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
     let regs = Ucontext(uc);
     if regs.rip() != form.at {
         end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::PcMismatch));
-    } else if expected_sp.is_some_and(|sp| sp != regs.rsp()) {
+    } else if !expected_sp.admits(regs.rsp()) {
         end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::SpMismatch));
     } else {
-        if expected_sp.is_none() {
-            Counters::bump(&c.sp_unchecked);
+        if matches!(expected_sp, StackPointer::Near(_)) {
+            Counters::bump(&c.sp_windowed);
         }
         match form.evaluate(&regs, &OwnMemory) {
             Outcome::Stop => end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Syscall)),
@@ -160,7 +162,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
                         return;
                     }
                 }
-                follow(tracer, slot, t, next, Some(sp));
+                follow(tracer, slot, t, next, StackPointer::Exact(sp));
             }
         }
     }
@@ -195,7 +197,7 @@ fn follow(
     slot: &ThreadSlot,
     t: &mut ThreadTrace,
     mut pc: u64,
-    mut sp: Option<u64>,
+    mut sp: StackPointer,
 ) {
     let c = &slot.counters;
     let code = LiveCode(&tracer.exec);
@@ -219,10 +221,7 @@ fn follow(
         } else {
             Counters::bump(&c.segments_cached);
         }
-        let sp_at_end = match (sp, seg.sp_delta) {
-            (Some(s), Some(d)) => Some(s.wrapping_add(d as i64 as u64)),
-            _ => None,
-        };
+        let sp_at_end = sp.after(seg.sp_delta);
         match seg.end {
             SegmentEnd::Direct { from, to, call } => {
                 Counters::bump(&c.statically_resolved);
@@ -230,7 +229,7 @@ fn follow(
                     return;
                 }
                 sp = if call {
-                    sp_at_end.map(|s| s.wrapping_sub(8))
+                    sp_at_end.after_call()
                 } else {
                     sp_at_end
                 };

@@ -49,13 +49,62 @@ const CLOSED: u8 = 3;
 const TID_NONE: i32 = 0;
 const TID_TOMBSTONE: i32 = -1;
 
+/// What the look-ahead knows of the stack pointer at an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackPointer {
+    /// Exactly this value: every rsp change on the way was a constant.
+    Exact(u64),
+    /// Near this value (the last exact one): an instruction on the way set
+    /// rsp in a way decoding cannot follow (leave, and rsp, mov rsp).
+    Near(u64),
+}
+
+/// How far below the last exact rsp an unfollowed change may move it. A
+/// signal frame (red zone, siginfo, ucontext, xsave area) is larger, so a
+/// breakpoint reached from a signal handler on the same stack still fails
+/// the check; a larger alloca makes the trace end early, never wrong.
+pub const SP_SLACK_BELOW: u64 = 512;
+/// How far above it may move (`leave` restores a frame pointer that far up).
+pub const SP_SLACK_ABOVE: u64 = 1 << 20;
+
+impl StackPointer {
+    /// Whether the rsp found at the breakpoint is consistent with what the
+    /// look-ahead expected. Async-signal-safe.
+    pub fn admits(self, rsp: u64) -> bool {
+        match self {
+            StackPointer::Exact(sp) => sp == rsp,
+            StackPointer::Near(sp) => {
+                rsp >= sp.wrapping_sub(SP_SLACK_BELOW) && rsp <= sp.wrapping_add(SP_SLACK_ABOVE)
+            }
+        }
+    }
+
+    /// After a segment whose rsp change is `delta` (None: not followed).
+    pub fn after(self, delta: Option<i32>) -> StackPointer {
+        match (self, delta) {
+            (StackPointer::Exact(sp), Some(d)) => {
+                StackPointer::Exact(sp.wrapping_add(d as i64 as u64))
+            }
+            (StackPointer::Exact(sp), None) => StackPointer::Near(sp),
+            (near, _) => near,
+        }
+    }
+
+    /// After a direct call pushed its return address.
+    pub fn after_call(self) -> StackPointer {
+        match self {
+            StackPointer::Exact(sp) => StackPointer::Exact(sp.wrapping_sub(8)),
+            near => near,
+        }
+    }
+}
+
 /// A breakpoint the thread is waiting for.
 #[derive(Clone, Copy)]
 pub struct Pending {
     pub form: BranchForm,
-    /// The stack pointer the thread must have there, when the look-ahead
-    /// could follow every rsp change on the way.
-    pub expected_sp: Option<u64>,
+    /// The stack pointer the thread must have there.
+    pub expected_sp: StackPointer,
 }
 
 /// What a traced thread's handlers work on. Owned by whoever holds the
@@ -269,4 +318,25 @@ pub fn forget_parent_threads(tracer: &Tracer) {
         let _ = tracer.pool.free.push(b);
     }
     tracer.retired.reset();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_pointer_checks_are_exact_or_windowed() {
+        let exact = StackPointer::Exact(0x7000).after(Some(-16)).after_call();
+        assert_eq!(exact, StackPointer::Exact(0x7000 - 24));
+        assert!(exact.admits(0x7000 - 24));
+        assert!(!exact.admits(0x7000 - 32));
+        let near = StackPointer::Exact(0x7000)
+            .after(None)
+            .after(Some(8))
+            .after_call();
+        assert_eq!(near, StackPointer::Near(0x7000));
+        assert!(near.admits(0x7000 + 0x100)); // leave restored a frame above
+        assert!(near.admits(0x7000 - 32)); // and rsp, -32
+        assert!(!near.admits(0x7000 - 4096)); // a signal frame below
+    }
 }
