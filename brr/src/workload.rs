@@ -200,6 +200,19 @@ pub fn build_instrumented(
         .arg("-o")
         .arg(&rt_obj))?;
     objs.push(rt_obj);
+    if let Variant::Brr { .. } = variant {
+        // The SIGILL handler lets the same binary run natively.
+        let sig = work.join("brr_sigill.c");
+        std::fs::write(&sig, crate::instrument::sigill_runtime_c())
+            .with_context(|| format!("cannot write {}", sig.display()))?;
+        let sig_obj = work.join("brr_sigill.o");
+        run(Command::new("musl-gcc")
+            .args(["-O2", "-c"])
+            .arg(&sig)
+            .arg("-o")
+            .arg(&sig_obj))?;
+        objs.push(sig_obj);
+    }
     let exe = dir.join(tag);
     link(&objs, &exe)?;
     Ok(exe)

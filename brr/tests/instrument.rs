@@ -1,7 +1,8 @@
 //! Instrumented programs count edges correctly: `full` natively equals the
 //! exact profile the emulator measures on the uninstrumented build, the
 //! counter variant samples exactly every N-th site execution, and the brr
-//! variant under the emulator records one edge per taken brr at rate 1/N.
+//! variant under the emulator records one edge per taken brr at rate 1/N,
+//! and natively (SIGILL handler) records exactly the same samples.
 
 mod common;
 

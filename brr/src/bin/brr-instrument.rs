@@ -12,6 +12,7 @@ of gcc or clang assembly (-S output, AT&T syntax)
 USAGE:
     brr-instrument --variant VARIANT [--interval N] [-o OUT.s] [--sites SITES.txt] INPUT.s
     brr-instrument --runtime > edge_rt.c
+    brr-instrument --sigill-runtime > brr_sigill.c
 
 VARIANTS:
     none      unchanged code; a marker symbol __brr_site_<unit>_<i> at each jcc
@@ -26,7 +27,10 @@ VARIANTS:
 Link the program with the runtime (`--runtime` prints its C source; compile it
 with -DBRR_INTERVAL=N for the counter variant). At exit the program writes one
 line per site, `UNIT SITE TAKEN FALLTHROUGH`, to $BRR_EDGES (default
-brr-edges.txt). The brr variant needs brr-run, or the SIGILL handler, to run.
+brr-edges.txt). A brr build runs under brr-run, or natively when linked with
+the SIGILL handler (`--sigill-runtime`): real CPUs reject brr with #UD and the
+handler emulates it with a thread-local LFSR seeded from $BRR_SEED (default 1,
+the same outcomes as `brr-run --seed 1`).
 
 OPTIONS:
     --variant V     none, full, counter or brr
@@ -34,7 +38,9 @@ OPTIONS:
     --unit NAME     unit name in the output (default: the input's file name)
     -o OUT          output file (default: standard output)
     --sites FILE    also write the site table: SITE FUNCTION LINE CONDITION TARGET
-    --runtime       print the runtime's C source and exit
+    --runtime       print the edge runtime's C source and exit
+    --sigill-runtime
+                    print the SIGILL handler's C source and exit
     -h, --help      this text
 ";
 
@@ -58,6 +64,10 @@ fn real_main() -> Result<()> {
             }
             "--runtime" => {
                 print!("{RUNTIME_C}");
+                return Ok(());
+            }
+            "--sigill-runtime" => {
+                print!("{}", brr::instrument::sigill_runtime_c());
                 return Ok(());
             }
             "--variant" => variant = Some(value("--variant")?),

@@ -109,6 +109,17 @@ pub struct Rewritten {
 /// C source of the runtime that writes the counts at exit.
 pub const RUNTIME_C: &str = include_str!("../../runtime/edge_rt.c");
 
+/// C source of the SIGILL handler that runs brr natively, with the LFSR
+/// parameters of [`crate::lfsr`] filled in.
+pub fn sigill_runtime_c() -> String {
+    use crate::lfsr::{DEFAULT_SEED, FEEDBACK, FREQ_MASKS};
+    let masks: Vec<String> = FREQ_MASKS.iter().map(|m| format!("{m:#x}ull")).collect();
+    include_str!("../../runtime/brr_sigill.c")
+        .replace("@MASKS@", &masks.join(", "))
+        .replace("@FEEDBACK@", &format!("{FEEDBACK:#x}ull"))
+        .replace("@DEFAULT_SEED@", &format!("{DEFAULT_SEED:#x}ull"))
+}
+
 /// Symbol of the marker placed at site `i` of `unit`.
 pub fn site_symbol(unit: &str, i: usize) -> String {
     format!("__brr_site_{}_{i}", sanitize(unit))
