@@ -22,7 +22,9 @@ static SOCKET_PATH: OnceLock<PathBuf> = OnceLock::new();
 /// Pid that created the socket file (the exit hook of a fork child must
 /// not remove its parent's socket).
 static SOCKET_OWNER: AtomicI32 = AtomicI32::new(0);
-static AUTOSTARTED: AtomicBool = AtomicBool::new(false);
+/// Pid of the process whose session was autostarted (0: none). A vfork
+/// child shares our memory but not our pid: it must not stop our session.
+static AUTOSTARTED: AtomicI32 = AtomicI32::new(0);
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
 fn env(key: &str) -> Option<String> {
@@ -109,7 +111,7 @@ fn autostart_options() -> Result<Options, String> {
 }
 
 extern "C" fn at_exit() {
-    if AUTOSTARTED.load(Ordering::Acquire) && session::session_running() {
+    if AUTOSTARTED.load(Ordering::Acquire) == sys::getpid() && session::session_running() {
         if let Err(e) = session::stop() {
             sys::write_stderr(format!("breakdance: writing the profile failed: {e}\n").as_bytes());
         }
@@ -123,7 +125,7 @@ extern "C" fn at_exit() {
 
 extern "C" fn after_fork_in_child() {
     session::reset_after_fork();
-    AUTOSTARTED.store(false, Ordering::Release);
+    AUTOSTARTED.store(0, Ordering::Release);
     // A child may be started again through its own per-pid socket; an
     // explicit socket path belongs to the parent.
     if !socket_path().1 {
@@ -146,7 +148,7 @@ extern "C" fn init() {
         let started =
             autostart_options().and_then(|o| session::start(&o).map_err(|e| e.to_string()));
         match started {
-            Ok(_) => AUTOSTARTED.store(true, Ordering::Release),
+            Ok(_) => AUTOSTARTED.store(sys::getpid(), Ordering::Release),
             Err(e) => sys::write_stderr(format!("breakdance: not profiling: {e}\n").as_bytes()),
         }
     }
@@ -270,4 +272,21 @@ pub unsafe extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::
     let sym = *REAL.get_or_init(|| next_symbol(c"signal") as usize);
     // SAFETY: the symbol is libc's signal.
     unsafe { std::mem::transmute::<usize, RealSignal>(sym)(sig, handler) }
+}
+
+type RealExit = unsafe extern "C" fn(i32) -> !;
+
+/// Interposed `_exit`: programs that leave through `_exit` (shells do)
+/// skip atexit handlers; an autostarted session is stopped and written
+/// first so that nothing recorded is lost.
+///
+/// # Safety
+/// As _exit(2).
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: i32) -> ! {
+    at_exit();
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let sym = *REAL.get_or_init(|| next_symbol(c"_exit") as usize);
+    // SAFETY: the symbol is libc's _exit.
+    unsafe { std::mem::transmute::<usize, RealExit>(sym)(status) }
 }
