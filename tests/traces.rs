@@ -5,7 +5,8 @@
 //! summary.json reconciles with perf.script; every entry of every trace passes
 //! the validator (real transfer instruction, encoded target for direct
 //! branches, straight fall-through between consecutive entries); at least a
-//! minimum number of traces. The minima add up to more than 10,000 traces.
+//! minimum number of traces. The minima add up to 13,500 traces (about twice
+//! that many are recorded).
 
 mod common;
 
@@ -65,13 +66,13 @@ fn check_program(
 
 #[test]
 fn branchy_loop() {
-    check_program("branchy", &["branchy.c"], &[], &["8000000"], 2000, &[]);
+    check_program("branchy", &["branchy.c"], &[], &["8000000"], 2500, &[]);
 }
 
 #[test]
 fn indirect_calls_and_switch() {
     let Some((_dir, rec)) =
-        check_program("indirect", &["indirect.c"], &[], &["25000000"], 2000, &[])
+        check_program("indirect", &["indirect.c"], &[], &["25000000"], 2500, &[])
     else {
         return;
     };
@@ -89,7 +90,7 @@ fn indirect_calls_and_switch() {
 
 #[test]
 fn recursion() {
-    check_program("recursion", &["recursion.c"], &[], &["8000"], 2000, &[]);
+    check_program("recursion", &["recursion.c"], &[], &["8000"], 2500, &[]);
 }
 
 #[test]
@@ -133,6 +134,7 @@ fn sixteen_threads_some_started_late() {
     let functions = functions_in_traces(&rec.script);
     let missing: Vec<String> = (0..16)
         .map(|n| format!("work_{n}"))
+        .chain(["main_work".to_string()])
         .filter(|f| !functions.contains(f))
         .collect();
     assert!(

@@ -9,7 +9,8 @@
 //! - for a direct jump, call or conditional jump, `to` is its encoded target
 //!   (a taken jcc goes to the target, never the fall-through, unless both are
 //!   the same address);
-//! - `to` starts an instruction of some module.
+//! - `to` starts an instruction of some module; after a `ret`, it directly
+//!   follows a call instruction.
 //!
 //! For each pair of consecutive entries in execution order, the fall-through
 //! range from entry i's `to` to entry i+1's `from` lies in one module, runs
@@ -42,6 +43,8 @@ pub enum ViolationKind {
     FromNotTransfer,
     /// A direct transfer whose `to` is not its encoded target.
     WrongDirectTarget,
+    /// A return whose `to` does not follow a call instruction.
+    ReturnNotAfterCall,
     /// `to` lies in no mapped module.
     ToOutsideModules,
     /// `to` is not the start of an instruction.
@@ -66,6 +69,7 @@ impl ViolationKind {
             ViolationKind::FromNotInstructionStart => "from_not_instruction_start",
             ViolationKind::FromNotTransfer => "from_not_transfer",
             ViolationKind::WrongDirectTarget => "wrong_direct_target",
+            ViolationKind::ReturnNotAfterCall => "return_not_after_call",
             ViolationKind::ToOutsideModules => "to_outside_modules",
             ViolationKind::ToNotInstructionStart => "to_not_instruction_start",
             ViolationKind::RangeCrossesModules => "range_crosses_modules",
@@ -238,6 +242,9 @@ fn check_entry(
         });
         return;
     }
+    if module.instructions().flows[k] == FlowControl::Return {
+        check_return_target(modules, entry, count, report, place);
+    }
     let Some(instruction) = module.decode_at(from) else {
         return;
     };
@@ -251,6 +258,34 @@ fn check_entry(
                 ))
             });
         }
+    }
+}
+
+/// A `ret` goes back to just after a call: the instruction that ends at `to`
+/// is a call.
+fn check_return_target(
+    modules: &ModuleMap,
+    entry: &Edge,
+    count: u64,
+    report: &mut Report,
+    place: &dyn Fn(&str) -> String,
+) {
+    // An unmapped or misaligned `to` was already reported.
+    let Some((m, to)) = modules.resolve(entry.to) else {
+        return;
+    };
+    let index = modules.modules[m].instructions();
+    let Some(k) = index.position(to) else { return };
+    let after_call = k > 0
+        && index.starts[k - 1] + u64::from(index.lengths[k - 1]) == to
+        && matches!(
+            index.flows[k - 1],
+            FlowControl::Call | FlowControl::IndirectCall
+        );
+    if !after_call {
+        report.add(ViolationKind::ReturnNotAfterCall, count, || {
+            place(&format!("return to {}", describe(modules, m, to)))
+        });
     }
 }
 
@@ -502,6 +537,13 @@ mod tests {
                     to: return_to + 1,
                 }],
                 ViolationKind::ToNotInstructionStart,
+            ),
+            (
+                vec![Edge {
+                    from: ret,
+                    to: main.address,
+                }],
+                ViolationKind::ReturnNotAfterCall,
             ),
             // Missing the ret: the range from step's entry to the back edge
             // runs backwards or through step's ret, by where clang put step.

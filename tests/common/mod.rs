@@ -216,6 +216,19 @@ pub fn check_summary(rec: &Recording) {
         !rec.script.mmaps.is_empty(),
         "perf.script has no MMAP2 lines"
     );
+    let files = s["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("summary.json lacks files: {s}"));
+    for file in files {
+        let name = file
+            .as_str()
+            .unwrap_or_else(|| panic!("summary.json files holds {file}"));
+        assert!(
+            rec.dir.join(name).is_file(),
+            "summary.json lists {name}, which is not in {}",
+            rec.dir.display()
+        );
+    }
 }
 
 /// Every entry of every trace is a real taken transfer: zero violations.
