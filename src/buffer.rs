@@ -9,15 +9,18 @@
 //! and never allocate. When `free` is empty the thread keeps no buffer and
 //! the samples that find it so are dropped and counted (`no_free_buffer`).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crossbeam_queue::ArrayQueue;
 
 /// Entries per buffer: 16384 × 16 bytes = 256 KiB, 512 traces of 32.
 pub const BUFFER_ENTRIES: usize = 16_384;
 /// Trace records per buffer.
 pub const BUFFER_TRACES: usize = 4_096;
-/// Buffers a session may own in all (two per traced thread are made at
-/// registration; beyond this threads share what the pool has).
-pub const MAX_BUFFERS: usize = 2_048;
+/// Buffers made in all, for the life of the process (about 320 KiB each, so
+/// at most 320 MiB). Threads register with one or two; past the cap they
+/// share what the pool has, and samples that find none are counted.
+pub const MAX_BUFFERS: usize = 1_024;
 
 /// One taken branch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -211,33 +214,63 @@ impl TraceBuffer {
     }
 }
 
-/// The two queues of a session.
+/// The two queues of a session, and how many buffers exist in all.
+///
+/// Invariant: at most `MAX_BUFFERS` buffers are ever made and each queue
+/// holds `MAX_BUFFERS`, so a push of a buffer the pool made never fails:
+/// a handler never has to drop (and so free) one.
 pub struct BufferPool {
     pub free: ArrayQueue<Box<TraceBuffer>>,
     pub full: ArrayQueue<Box<TraceBuffer>>,
+    made: AtomicUsize,
 }
+
+/// Below this many buffers, each new thread brings two (one to fill, one
+/// spare while the worker drains); above it, one.
+const GENEROUS_BELOW: usize = 64;
 
 impl BufferPool {
     pub fn new() -> BufferPool {
         BufferPool {
             free: ArrayQueue::new(MAX_BUFFERS),
             full: ArrayQueue::new(MAX_BUFFERS),
+            made: AtomicUsize::new(0),
         }
     }
 
-    /// Adds `n` new buffers to the free queue (not from a handler: it
-    /// allocates). Returns how many fit.
+    /// Adds up to `n` new buffers to the free queue, never past
+    /// `MAX_BUFFERS` in all (not from a handler: it allocates). Returns how
+    /// many were added.
     pub fn grow(&self, n: usize) -> usize {
         let mut added = 0;
         for _ in 0..n {
-            if self.free.len() + self.full.len() >= MAX_BUFFERS
-                || self.free.push(TraceBuffer::new()).is_err()
-            {
+            let claimed = self
+                .made
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| {
+                    (m < MAX_BUFFERS).then_some(m + 1)
+                });
+            if claimed.is_err() {
                 break;
             }
+            // Cannot fail: the queue holds every buffer that can exist.
+            let _ = self.free.push(TraceBuffer::new());
             added += 1;
         }
         added
+    }
+
+    /// Grows the pool for one more traced thread.
+    pub fn grow_for_thread(&self) -> usize {
+        let n = if self.made.load(Ordering::Acquire) < GENEROUS_BELOW {
+            2
+        } else {
+            1
+        };
+        self.grow(n)
+    }
+
+    pub fn made(&self) -> usize {
+        self.made.load(Ordering::Acquire)
     }
 }
 
@@ -302,5 +335,9 @@ mod tests {
         let pool = BufferPool::new();
         assert_eq!(pool.grow(3), 3);
         assert_eq!(pool.free.len(), 3);
+        assert_eq!(pool.grow_for_thread(), 2);
+        while pool.grow(100) > 0 {}
+        assert_eq!(pool.made(), MAX_BUFFERS);
+        assert_eq!(pool.free.len(), MAX_BUFFERS);
     }
 }

@@ -333,9 +333,9 @@ struct CacheSlot {
     segment: Segment,
 }
 
-/// Entries per thread; a power of two. At ~80 bytes an entry this is
-/// 320 KiB a traced thread, allocated when the thread is registered.
-pub const BLOCK_CACHE_ENTRIES: usize = 4096;
+/// Entries per thread; a power of two. At ~90 bytes an entry this is
+/// 180 KiB a traced thread, allocated when the thread is registered.
+pub const BLOCK_CACHE_ENTRIES: usize = 2048;
 
 const EMPTY_SEGMENT: Segment = Segment {
     start: u64::MAX,

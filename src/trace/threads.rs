@@ -114,7 +114,7 @@ pub fn register(tracer: &Tracer, tid: i32, event: &SamplingEvent) -> Result<(), 
     if t.cache.is_none() {
         t.cache = Some(Box::new(BlockCache::new()));
     }
-    tracer.pool.grow(2);
+    tracer.pool.grow_for_thread();
     if t.buffer.is_none() {
         t.buffer = tracer.pool.free.pop();
     }
