@@ -8,4 +8,5 @@ pub mod encoding;
 pub mod instrument;
 pub mod lfsr;
 pub mod profile;
+pub mod timing;
 pub mod workload;

@@ -22,6 +22,10 @@ OPTIONS:
     --seed N          LFSR seed (default 1); runs are deterministic per seed
     --env KEY=VALUE   add an environment variable (the guest starts with none)
     --limit N         stop with an error after N instructions (default 10^12)
+    --timing CONFIG   also run the cycle model with the parameters in CONFIG
+                      (key = value lines; brr/timing.conf holds the defaults,
+                      the paper's core) and print its report to stderr:
+                      instructions, cycles, CPI, MPKI, counts per branch kind
     --stats           print instructions, time, MIPS and brr counts to stderr
     -h, --help        this text
 ";
@@ -42,6 +46,7 @@ fn real_main() -> Result<i32> {
     let mut env = Vec::new();
     let mut limit = 1_000_000_000_000u64;
     let mut stats = false;
+    let mut timing: Option<PathBuf> = None;
     let mut program: Vec<String> = Vec::new();
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
@@ -54,6 +59,7 @@ fn real_main() -> Result<i32> {
             "--env" => env.push(value("--env")?),
             "--limit" => limit = value("--limit")?.parse().context("--limit: not a number")?,
             "--stats" => stats = true,
+            "--timing" => timing = Some(PathBuf::from(value("--timing")?)),
             "--" => {
                 program.extend(args.by_ref());
             }
@@ -71,7 +77,15 @@ fn real_main() -> Result<i32> {
     };
     let mut process = Process::load(&path, &program, &env, seed)?;
     let start = Instant::now();
-    let status = process.run(limit)?;
+    let status = match &timing {
+        Some(path) => {
+            let config = brr::timing::Config::from_file(path)?;
+            let (status, report) = brr::timing::run(&mut process, &config, limit)?;
+            eprint!("{}", report.to_text());
+            status
+        }
+        None => process.run(limit)?,
+    };
     let secs = start.elapsed().as_secs_f64();
     if stats {
         let m = &process.machine;

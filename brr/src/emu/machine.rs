@@ -126,6 +126,13 @@ impl<R: Registers, M: Memory> Machine<R, M> {
         }
     }
 
+    /// The decoded instruction at `ip` if it is in the cache (the one just
+    /// retired always is).
+    pub fn decoded(&self, ip: u64) -> Option<&Instruction> {
+        let e = &self.cache[(ip ^ (ip >> 16)) as usize & (ICACHE_ENTRIES - 1)];
+        (e.ip == ip).then_some(&e.instr)
+    }
+
     /// Drops every decoded instruction (after the guest's code changes).
     pub fn flush_cache(&mut self) {
         for e in &mut self.cache {

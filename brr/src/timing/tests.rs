@@ -1,0 +1,154 @@
+use super::*;
+use iced_x86::{Decoder, DecoderOptions};
+
+fn decode(bytes: &[u8], ip: u64) -> Instruction {
+    Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE).decode()
+}
+
+fn plain(ip: u64, len: u8) -> Retired {
+    Retired {
+        ip,
+        len,
+        ..Retired::default()
+    }
+}
+
+/// `add $1, %eax` style independent ALU ops on rotating registers.
+fn alu_stream(model: &mut Model, n: u64) {
+    // add ecx,1 / add edx,1 / add esi,1 / add edi,1 (83 c1 01 ...)
+    let ops = [
+        [0x83, 0xc1, 0x01],
+        [0x83, 0xc2, 0x01],
+        [0x83, 0xc6, 0x01],
+        [0x83, 0xc7, 0x01],
+    ];
+    for i in 0..n {
+        let ip = 0x1000 + (i % 4) * 3;
+        model.retire(&plain(ip, 3), &decode(&ops[(i % 4) as usize], ip));
+    }
+}
+
+#[test]
+fn independent_alu_ops_run_at_the_fetch_width() {
+    let mut m = Model::new(&Config::default());
+    alu_stream(&mut m, 40_000);
+    let cpi = m.report().cpi();
+    // Each op depends on itself four instructions back: one per register
+    // per cycle, four registers, so the fetch width bounds it.
+    assert!((0.24..0.27).contains(&cpi), "CPI {cpi}");
+}
+
+fn branch(model: &mut Model, ip: u64, taken: bool, kind: BranchKind) {
+    let r = Retired {
+        ip,
+        len: 2,
+        kind,
+        taken,
+        target: ip + 0x40,
+        ..Retired::default()
+    };
+    // `jne +0x3e` (75 3e): its decoding only matters for dependences.
+    model.retire(&r, &decode(&[0x75, 0x3e], ip));
+}
+
+#[test]
+fn unpredictable_branches_cost_the_penalty() {
+    let run = |pattern: &dyn Fn(u64) -> bool| {
+        let mut m = Model::new(&Config::default());
+        let mut x = 0x1234_5678u64;
+        for i in 0..20_000 {
+            alu_stream(&mut m, 8);
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            branch(
+                &mut m,
+                0x2000,
+                pattern(i) ^ (x & 1 == 1 && pattern(u64::MAX)),
+                BranchKind::Conditional,
+            );
+        }
+        m.report()
+    };
+    let predictable = run(&|i| i % 4 == 0);
+    let random = run(&|i| i == u64::MAX);
+    let extra = random.cycles as f64 - predictable.cycles as f64;
+    let mispredicts = random.mispredictions() as f64 - predictable.mispredictions() as f64;
+    assert!(
+        random.mpki() > 30.0 && predictable.mpki() < 1.0,
+        "{} {}",
+        random.mpki(),
+        predictable.mpki()
+    );
+    let per = extra / mispredicts;
+    assert!((9.0..14.0).contains(&per), "{per} cycles per misprediction");
+}
+
+#[test]
+fn brr_is_cheap_when_not_taken_and_never_trains_the_predictor() {
+    let cfg = Config::default();
+    let base = {
+        let mut m = Model::new(&cfg);
+        for _ in 0..10_000 {
+            alu_stream(&mut m, 8);
+        }
+        m.report().cycles
+    };
+    let with_brr = |taken_every: u64| {
+        let mut m = Model::new(&cfg);
+        for i in 0..10_000 {
+            alu_stream(&mut m, 8);
+            let r = Retired {
+                ip: 0x3000,
+                len: 8,
+                kind: BranchKind::Brr,
+                taken: i % taken_every == 0,
+                target: 0x3100,
+                ..Retired::default()
+            };
+            m.retire(&r, &decode(&[0x44, 0x0f, 0xb9, 0x05, 0, 1, 0, 0], 0x3000));
+        }
+        m.report()
+    };
+    let rare = with_brr(1 << 20);
+    let per_site = (rare.cycles - base) as f64 / 10_000.0;
+    assert!(per_site <= 0.3, "{per_site} cycles per not-taken brr");
+    assert_eq!(rare.mispredictions(), 0);
+    let half = with_brr(2);
+    let per_taken = (half.cycles - rare.cycles) as f64 / 5_000.0;
+    let expect = f64::from(cfg.decode_redirect_penalty);
+    assert!(
+        (expect - 1.0..=expect + 0.5).contains(&per_taken),
+        "{per_taken} cycles per taken brr"
+    );
+    assert_eq!(
+        half.mispredictions(),
+        0,
+        "taken brr is a redirect, never a misprediction"
+    );
+}
+
+#[test]
+fn a_counter_in_memory_serialises_and_independent_counters_do_not() {
+    // decq 0x100(%rip) at the same or at different addresses.
+    let ins = decode(&[0x48, 0xff, 0x0d, 0x00, 0x01, 0x00, 0x00], 0x4000);
+    let run = |same: bool| {
+        let mut m = Model::new(&Config::default());
+        for i in 0..10_000u64 {
+            let addr = if same { 0x8000 } else { 0x8000 + (i % 512) * 8 };
+            let r = Retired {
+                ip: 0x4000,
+                len: 7,
+                mem_addr: addr,
+                mem_write: true,
+                ..Retired::default()
+            };
+            m.retire(&r, &ins);
+        }
+        m.report().cycles as f64 / 10_000.0
+    };
+    let chain = run(true);
+    let spread = run(false);
+    assert!(chain >= 4.5, "{chain} cycles per dependent decrement");
+    assert!(spread < 1.5, "{spread} cycles per independent decrement");
+}
