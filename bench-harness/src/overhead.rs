@@ -13,7 +13,7 @@ use anyhow::Result;
 
 /// Task-clock periods (ns) of the full run: 1 ms to 30 ms, a 30× span.
 const PERIODS: [u64; 4] = [1_000_000, 3_000_000, 10_000_000, 30_000_000];
-const QUICK_PERIODS: [u64; 2] = [2_000_000, 20_000_000];
+const QUICK_PERIODS: [u64; 2] = [1_000_000, 4_000_000];
 const RUNS: usize = 5;
 const QUICK_RUNS: usize = 3;
 

@@ -104,13 +104,13 @@ impl Workload {
                 c
             }
             Kind::Lua => {
-                let scale = if q { "0.2" } else { &pick("5", "7") };
+                let scale = if q { pick("2", "1") } else { pick("10", "7") };
                 cmd.arg(i.join("bench.lua"))
                     .arg(pick("train", "eval"))
                     .arg(scale)
             }
             Kind::Python => {
-                let scale = if q { "0.1" } else { &pick("3", "4") };
+                let scale = if q { "0.25" } else { &pick("3", "4") };
                 // Fixed hash seed: the same path under callgrind and the tracer.
                 cmd.env("PYTHONHASHSEED", "0")
                     .arg(i.join("bench.py"))
@@ -410,12 +410,12 @@ fn write_inputs(dir: &Path, kind: Kind, quick: bool) -> Result<()> {
         Kind::Lua => write("bench.lua", LUA_SCRIPT.as_bytes()),
         Kind::Python => write("bench.py", PYTHON_SCRIPT.as_bytes()),
         Kind::Bzip2 => {
-            write("text-train.txt", &generate_text(1, kib(6144, 192), false))?;
-            write("text-eval.txt", &generate_text(2, kib(9216, 256), true))
+            write("text-train.txt", &generate_text(1, kib(6144, 512), false))?;
+            write("text-eval.txt", &generate_text(2, kib(9216, 768), true))
         }
         Kind::Xz => {
-            write("data-train.txt", &generate_text(3, kib(1536, 96), true))?;
-            write("data-eval.txt", &generate_text(4, kib(2560, 128), false))
+            write("data-train.txt", &generate_text(3, kib(1536, 192), true))?;
+            write("data-eval.txt", &generate_text(4, kib(2560, 256), false))
         }
         Kind::Sqlite => Ok(()),
     }
