@@ -142,3 +142,92 @@ fn sixteen_threads_some_started_late() {
         "threads: no trace from {missing:?} (late threads are 8..15)"
     );
 }
+
+/// Traces far longer than hardware LBR's 32 entries: every one is valid and
+/// none is longer than asked.
+#[test]
+fn long_traces() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("long");
+    let binary = build(&clang, &dir.0, "recursion", &["recursion.c"], &[]);
+    let args = ["4000"];
+    let native = run_native(&binary, &args, &[]);
+    let out = dir.path("out");
+    let profiled = record_with(
+        &tracer,
+        &out,
+        1_000_000,
+        &["--lbr", "512"],
+        &binary,
+        &args,
+        &[],
+    );
+    assert_same_behaviour("recursion --lbr 512", &native, &profiled);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_eq!(rec.summary["config"]["lbr"], 512, "{}", rec.summary);
+    assert_valid_traces("recursion --lbr 512", &rec);
+    let longest = rec
+        .script
+        .traces
+        .iter()
+        .map(|t| t.entries_newest_first.len())
+        .max();
+    assert_eq!(longest, Some(512), "no trace reached 512 entries");
+}
+
+/// Programs a recorded shell execs write their own profiles into
+/// OUTPUT/<comm>.<pid>/, each complete and valid.
+#[test]
+fn exec_children_write_their_own_profiles() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("exec");
+    let branchy = build(&clang, &dir.0, "branchy", &["branchy.c"], &[]);
+    let recursion = build(&clang, &dir.0, "recursion", &["recursion.c"], &[]);
+    let script = format!(
+        "{} 3000000 && {} 3000",
+        branchy.display(),
+        recursion.display()
+    );
+    let sh = std::path::Path::new("/bin/sh");
+    let native = run_native(sh, &["-c", &script], &[]);
+    let out = dir.path("out");
+    let profiled = record(&tracer, &out, PERIOD_NS, sh, &["-c", &script], &[]);
+    assert_same_behaviour("sh -c branchy && recursion", &native, &profiled);
+    for comm in ["branchy", "recursion"] {
+        let children: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.is_dir()
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(&format!("{comm}.")))
+            })
+            .collect();
+        assert_eq!(
+            children.len(),
+            1,
+            "{comm}: expected one {comm}.<pid>/ in {}: {children:?}",
+            out.display()
+        );
+        let rec = load(&children[0]);
+        check_summary(&rec);
+        assert_valid_traces(comm, &rec);
+        assert!(
+            functions_in_traces(&rec.script).contains(if comm == "branchy" {
+                "hottest"
+            } else {
+                "fib"
+            }),
+            "{comm}: its own hot function is not in its traces"
+        );
+    }
+}

@@ -113,9 +113,23 @@ pub fn record(
     args: &[&str],
     envs: &[(&str, &OsStr)],
 ) -> Output {
+    record_with(tracer, out, period_ns, &[], program, args, envs)
+}
+
+/// [`record`] with more `profiler-ctl record` options (`--lbr N`, …).
+pub fn record_with(
+    tracer: &Tracer,
+    out: &Path,
+    period_ns: u64,
+    options: &[&str],
+    program: &Path,
+    args: &[&str],
+    envs: &[(&str, &OsStr)],
+) -> Output {
     Command::new(&tracer.ctl)
         .args(["record", "-q", "-c", &period_ns.to_string(), "-o"])
         .arg(out)
+        .args(options)
         .arg("--")
         .arg(program)
         .args(args)
