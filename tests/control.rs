@@ -15,19 +15,36 @@ use common::*;
 
 /// Sends one request line and returns the one-line answer.
 fn request(socket: &Path, line: &str) -> String {
+    request_bytes(socket, format!("{line}\n").as_bytes())
+}
+
+/// Sends raw request bytes and returns the one-line answer. The answer is
+/// read up to end of file or a connection reset: a server that refuses an
+/// over-long request answers and closes with the rest of it unread.
+fn request_bytes(socket: &Path, request: &[u8]) -> String {
+    let shown = String::from_utf8_lossy(&request[..request.len().min(40)]).into_owned();
     let mut stream = UnixStream::connect(socket)
         .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", socket.display()));
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
-    stream.write_all(format!("{line}\n").as_bytes()).unwrap();
-    let mut answer = String::new();
-    stream
-        .read_to_string(&mut answer)
-        .unwrap_or_else(|e| panic!("no answer to '{line}': {e}"));
+    // A refused over-long request may be closed before it is all written.
+    let _ = stream.write_all(request);
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("no answer to '{shown}': {e}"),
+        }
+    }
+    let answer = String::from_utf8(answer)
+        .unwrap_or_else(|e| panic!("answer to '{shown}' is not UTF-8: {e}"));
     assert!(
-        answer.trim_end().lines().count() == 1,
-        "answer to '{line}' is not one line: {answer:?}"
+        answer.ends_with('\n') && answer.trim_end().lines().count() == 1,
+        "answer to '{shown}' is not one line: {answer:?}"
     );
     answer.trim_end().to_string()
 }
@@ -178,16 +195,26 @@ const MALFORMED: [&str; 7] = [
 ];
 
 fn assert_refused(socket: &Path, expected_state: &str) {
-    for line in MALFORMED {
-        let answer = request(socket, line);
+    let mut requests: Vec<Vec<u8>> = MALFORMED
+        .iter()
+        .map(|l| format!("{l}\n").into_bytes())
+        .collect();
+    requests.push(b"start period=100000 colour=blue\n".to_vec());
+    requests.push(b"\xff\xfe\x00status\n".to_vec());
+    let mut long = vec![b'x'; 100_000];
+    long.push(b'\n');
+    requests.push(long);
+    for request in requests {
+        let shown = String::from_utf8_lossy(&request[..request.len().min(40)]).into_owned();
+        let answer = request_bytes(socket, &request);
         assert!(
             answer.starts_with("error "),
-            "'{line}' was answered '{answer}', not 'error ...'"
+            "'{shown}' was answered '{answer}', not 'error ...'"
         );
         assert_eq!(
             state(socket),
             expected_state,
-            "state changed after '{line}'"
+            "state changed after '{shown}'"
         );
     }
 }
