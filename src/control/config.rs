@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use perf_event_open_sys::bindings as pb;
 
 use crate::trace::threads::SamplingEvent;
+use crate::trace::DataflowMode;
 
 /// The longest trace the buffers are sized for.
 pub const MAX_LBR: usize = 4096;
@@ -29,8 +30,10 @@ pub enum ConfigError {
     LbrRange(String),
     #[error("give a period or a frequency, not both")]
     PeriodAndFreq,
-    #[error("unknown option '{0}' (known: event, period, freq, lbr, out)")]
+    #[error("unknown option '{0}' (known: event, period, freq, lbr, out, dataflow)")]
     UnknownOption(String),
+    #[error("dataflow must be on, off or verify, got '{0}'")]
+    Dataflow(String),
     #[error("output directory {0}: {1}")]
     Output(String, String),
 }
@@ -95,6 +98,7 @@ pub struct Options {
     pub freq: Option<u64>,
     pub lbr: Option<usize>,
     pub output: Option<PathBuf>,
+    pub dataflow: Option<DataflowMode>,
 }
 
 fn positive(what: &'static str, v: &str) -> Result<u64, ConfigError> {
@@ -122,6 +126,14 @@ impl Options {
                 self.lbr = Some(n);
             }
             "out" => self.output = Some(PathBuf::from(value)),
+            "dataflow" => {
+                self.dataflow = Some(match value {
+                    "on" => DataflowMode::On,
+                    "off" => DataflowMode::Off,
+                    "verify" => DataflowMode::Verify,
+                    _ => return Err(ConfigError::Dataflow(value.to_string())),
+                })
+            }
             _ => return Err(ConfigError::UnknownOption(key.to_string())),
         }
         if self.period.is_some() && self.freq.is_some() {
@@ -151,6 +163,7 @@ impl Options {
             ("BREAKDANCE_FREQ", "freq"),
             ("BREAKDANCE_LBR", "lbr"),
             ("BREAKDANCE_OUTPUT", "out"),
+            ("BREAKDANCE_DATAFLOW", "dataflow"),
         ] {
             if let Some(v) = get(var).filter(|v| !v.is_empty()) {
                 o.set(key, &v)?;
@@ -169,6 +182,7 @@ pub struct Resolved {
     pub freq: Option<u64>,
     pub lbr: usize,
     pub output: PathBuf,
+    pub dataflow: DataflowMode,
 }
 
 /// Picks the default event (a hardware branch event where a PMU exists,
@@ -206,6 +220,7 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
         freq,
         lbr: o.lbr.unwrap_or(DEFAULT_LBR),
         output,
+        dataflow: o.dataflow.unwrap_or(DataflowMode::On),
     })
 }
 

@@ -280,6 +280,9 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer.table_full.store(0, Ordering::Relaxed);
     tracer.threads_registered.store(0, Ordering::Relaxed);
     tracer.lbr.store(resolved.lbr, Ordering::Relaxed);
+    tracer
+        .dataflow
+        .store(resolved.dataflow as u8, Ordering::Relaxed);
     chain::install(handler::on_sigtrap).map_err(StartError::Handler)?;
 
     // The worker exists before any thread is traced or `running` is set,
@@ -445,6 +448,7 @@ pub fn stop() -> Result<String, StopError> {
         period: r.period,
         freq: r.freq,
         lbr: r.lbr,
+        dataflow: dataflow_name(r.dataflow).to_string(),
         duration_ns: sys::now_ns() - running.started_ns,
         threads: tracer.threads_registered.load(Ordering::Relaxed),
         counters,
@@ -458,6 +462,14 @@ pub fn stop() -> Result<String, StopError> {
             modules: unique,
         },
     )
+}
+
+fn dataflow_name(mode: trace::DataflowMode) -> &'static str {
+    match mode {
+        trace::DataflowMode::Off => "off",
+        trace::DataflowMode::On => "on",
+        trace::DataflowMode::Verify => "verify",
+    }
 }
 
 fn absolute(p: &std::path::Path) -> PathBuf {

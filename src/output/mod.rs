@@ -34,6 +34,7 @@ pub struct SessionReport {
     pub period: Option<u64>,
     pub freq: Option<u64>,
     pub lbr: usize,
+    pub dataflow: String,
     pub duration_ns: u64,
     pub threads: u64,
     pub counters: CounterValues,
@@ -123,6 +124,7 @@ pub fn write_session(
         .opt_num("period", report.period)
         .opt_num("freq", report.freq)
         .num("lbr", report.lbr as u64)
+        .str("dataflow", &report.dataflow)
         .end_object();
     j.num("duration_ns", report.duration_ns)
         .num("threads", report.threads)
@@ -141,7 +143,11 @@ pub fn write_session(
         .num("buffer_swaps", c.buffer_swaps)
         .num("sp_windowed", c.sp_windowed)
         .num("segments_decoded", c.segments_decoded)
-        .num("segments_cached", c.segments_cached);
+        .num("segments_cached", c.segments_cached)
+        .num("dataflow_resolved", c.dataflow_resolved)
+        .num("dataflow_taken", c.dataflow_taken)
+        .num("dataflow_verified", c.dataflow_verified)
+        .num("dataflow_mismatches", c.dataflow_mismatches);
     j.begin_object(Some("handler_ns"))
         .num("sampling", c.sampling_ns)
         .num("breakpoint", c.breakpoint_ns)

@@ -76,6 +76,10 @@ counters!(
     segments_decoded,
     segments_cached,
     sp_windowed,
+    dataflow_resolved,
+    dataflow_taken,
+    dataflow_verified,
+    dataflow_mismatches,
 );
 
 impl Counters {

@@ -11,13 +11,19 @@ use std::ffi::c_void;
 use std::os::fd::AsRawFd;
 
 use crate::buffer::{AbortReason, BranchEntry, TraceEnd};
-use crate::decode::{DecodeFailure, Gpr, Memory, Outcome, RegisterFile, SegmentEnd};
+use crate::decode::dataflow::RegState;
+use crate::decode::form::RSP;
+use crate::decode::{
+    self, BranchForm, BranchKind, DecodeFailure, Gpr, Memory, Outcome, RegisterFile, SegmentEnd,
+    Target,
+};
 use crate::sys;
 
 use super::counters::Counters;
 use super::exec_map::LiveCode;
 use super::{
-    chain, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG,
+    chain, DataflowMode, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG,
+    SAMPLE_TAG,
 };
 
 /// The interrupted thread's registers, as the kernel saved them.
@@ -75,6 +81,30 @@ impl Memory for OwnMemory {
     }
 }
 
+/// For data-flow evaluation, which never reads memory: `resolvable` admits
+/// only forms whose evaluation reads registers and flags.
+struct NoMemory;
+
+impl Memory for NoMemory {
+    fn read(&self, _addr: u64, _size: u8) -> u64 {
+        0
+    }
+}
+
+/// Whether the data-flow registers decide `form` without memory.
+fn resolvable(form: &BranchForm, st: &RegState) -> bool {
+    match form.kind {
+        BranchKind::Jcc(c) => st.can_test(c),
+        BranchKind::Jrcxz { .. } => true,
+        BranchKind::Jmp | BranchKind::Call => {
+            matches!(form.target, Target::Const(_) | Target::Reg(_))
+        }
+        // loop writes rcx in a way the model does not follow; ret and
+        // loads read memory; a syscall clobbers registers.
+        BranchKind::Loop { .. } | BranchKind::Ret { .. } | BranchKind::Syscall => false,
+    }
+}
+
 /// The SIGTRAP handler installed while a session runs.
 pub extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     let saved_errno = sys::errno();
@@ -127,7 +157,15 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc:
     }
     Counters::bump(&c.traces_started);
     let regs = Ucontext(uc);
-    follow(tracer, slot, t, regs.rip(), StackPointer::Exact(regs.rsp()));
+    let state = RegState::from_registers(&regs);
+    follow(
+        tracer,
+        slot,
+        t,
+        regs.rip(),
+        StackPointer::Exact(regs.rsp()),
+        Some(state),
+    );
     Counters::add(&c.sampling_ns, sys::now_ns().saturating_sub(t0));
 }
 
@@ -135,7 +173,12 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
     let t0 = sys::now_ns();
     let c = &slot.counters;
     Counters::bump(&c.breakpoints);
-    let Some(Pending { form, expected_sp }) = t.pending.take() else {
+    let Some(Pending {
+        form,
+        expected_sp,
+        predicted,
+    }) = t.pending.take()
+    else {
         disarm_breakpoint(t);
         return;
     };
@@ -151,9 +194,15 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
         match form.evaluate(&regs, &OwnMemory) {
             Outcome::Stop => end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Syscall)),
             Outcome::Continue { taken, next, sp } => {
-                let is_branch = !matches!(form.kind, crate::decode::BranchKind::Syscall);
+                let is_branch = !matches!(form.kind, BranchKind::Syscall);
                 if is_branch {
                     Counters::bump(&c.dynamically_evaluated);
+                }
+                if let Some(p) = predicted {
+                    Counters::bump(&c.dataflow_verified);
+                    if p != next {
+                        Counters::bump(&c.dataflow_mismatches);
+                    }
                 }
                 if taken {
                     Counters::bump(&c.dynamic_taken);
@@ -162,7 +211,18 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
                         return;
                     }
                 }
-                follow(tracer, slot, t, next, StackPointer::Exact(sp));
+                // The registers after the transfer: those at the stop but
+                // rsp; a loop's rcx and a syscall's clobbers are not
+                // followed.
+                let state = match form.kind {
+                    BranchKind::Loop { .. } | BranchKind::Syscall => None,
+                    _ => {
+                        let mut st = RegState::from_registers(&regs);
+                        st.gpr[RSP as usize] = sp;
+                        Some(st)
+                    }
+                };
+                follow(tracer, slot, t, next, StackPointer::Exact(sp), state);
             }
         }
     }
@@ -191,17 +251,25 @@ fn record(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, from: u64, to
 
 /// Look ahead from `pc` (FindNextUnresolvedBranch): record direct branches,
 /// stop at the first transfer needing the CPU state and set the breakpoint
-/// on it, or end the trace.
+/// on it, or end the trace. With `regs` (the exact registers at `pc`) the
+/// look-ahead also resolves, without a breakpoint, every transfer that the
+/// data-flow model decides (see `decode::dataflow`), for as long as the
+/// code stays inside the model.
 fn follow(
     tracer: &Tracer,
     slot: &ThreadSlot,
     t: &mut ThreadTrace,
     mut pc: u64,
     mut sp: StackPointer,
+    mut regs: Option<RegState>,
 ) {
     let c = &slot.counters;
     let code = LiveCode(&tracer.exec);
     let generation = tracer.exec.generation();
+    let mode = tracer.dataflow_mode();
+    if mode == DataflowMode::Off {
+        regs = None;
+    }
     loop {
         let Some(cache) = t.cache.as_mut() else {
             end_trace(
@@ -215,13 +283,21 @@ fn follow(
         let mut decoded = false;
         let d0 = sys::now_ns();
         let seg = cache.lookup(&code, pc, generation, &mut t.insn, &mut decoded);
+        if let Some(st) = regs.as_mut() {
+            if !(seg.pure && decode::replay(&code, &seg, &mut t.insn, st)) {
+                regs = None;
+            }
+        }
         if decoded {
             Counters::add(&c.decode_ns, sys::now_ns().saturating_sub(d0));
             Counters::bump(&c.segments_decoded);
         } else {
             Counters::bump(&c.segments_cached);
         }
-        let sp_at_end = sp.after(seg.sp_delta);
+        let sp_at_end = match &regs {
+            Some(st) => StackPointer::Exact(st.gpr[RSP as usize]),
+            None => sp.after(seg.sp_delta),
+        };
         match seg.end {
             SegmentEnd::Direct { from, to, call } => {
                 Counters::bump(&c.statically_resolved);
@@ -233,12 +309,41 @@ fn follow(
                 } else {
                     sp_at_end
                 };
+                if let (Some(st), StackPointer::Exact(v)) = (regs.as_mut(), sp) {
+                    st.gpr[RSP as usize] = v;
+                }
                 pc = to;
             }
             SegmentEnd::Dynamic(form) => {
                 if tracer.exec.in_rseq(form.at) {
                     end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Rseq));
                     return;
+                }
+                let mut predicted = None;
+                if let Some(st) = regs.as_mut().filter(|st| resolvable(&form, st)) {
+                    if let Outcome::Continue {
+                        taken,
+                        next,
+                        sp: after,
+                    } = form.evaluate(&*st, &NoMemory)
+                    {
+                        if mode == DataflowMode::Verify {
+                            // Check the prediction with the breakpoint.
+                            predicted = Some(next);
+                        } else {
+                            Counters::bump(&c.dataflow_resolved);
+                            if taken {
+                                Counters::bump(&c.dataflow_taken);
+                                if record(tracer, slot, t, form.at, next) {
+                                    return;
+                                }
+                            }
+                            st.gpr[RSP as usize] = after;
+                            sp = StackPointer::Exact(after);
+                            pc = next;
+                            continue;
+                        }
+                    }
                 }
                 if !arm_breakpoint(t, form.at) {
                     end_trace(
@@ -252,6 +357,7 @@ fn follow(
                 t.pending = Some(Pending {
                     form,
                     expected_sp: sp_at_end,
+                    predicted,
                 });
                 return;
             }

@@ -105,6 +105,21 @@ pub struct Pending {
     pub form: BranchForm,
     /// The stack pointer the thread must have there.
     pub expected_sp: StackPointer,
+    /// Where the data-flow model said the transfer goes (verify mode).
+    pub predicted: Option<u64>,
+}
+
+/// How the look-ahead uses the data-flow model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DataflowMode {
+    /// Breakpoints only, as in the paper.
+    Off = 0,
+    /// Resolve what the model decides without a breakpoint.
+    On = 1,
+    /// Predict with the model, and still stop at each predicted transfer to
+    /// check the prediction (counted in summary.json); for testing.
+    Verify = 2,
 }
 
 /// What a traced thread's handlers work on. Owned by whoever holds the
@@ -208,6 +223,8 @@ pub struct Tracer {
     pub pool: Arc<BufferPool>,
     /// Trace length N of the running session.
     pub lbr: AtomicUsize,
+    /// A `DataflowMode`.
+    pub dataflow: AtomicU8,
     /// Sessions accept new threads only while this is set.
     pub running: AtomicBool,
     /// Counters of threads retired during the session.
@@ -231,6 +248,7 @@ pub fn tracer_or_init() -> &'static Tracer {
         exec: ExecMap::new(),
         pool: Arc::new(BufferPool::new()),
         lbr: AtomicUsize::new(32),
+        dataflow: AtomicU8::new(DataflowMode::On as u8),
         running: AtomicBool::new(false),
         retired: Counters::default(),
         table_full: Default::default(),
@@ -239,6 +257,15 @@ pub fn tracer_or_init() -> &'static Tracer {
 }
 
 impl Tracer {
+    /// Async-signal-safe.
+    pub fn dataflow_mode(&self) -> DataflowMode {
+        match self.dataflow.load(Ordering::Relaxed) {
+            0 => DataflowMode::Off,
+            2 => DataflowMode::Verify,
+            _ => DataflowMode::On,
+        }
+    }
+
     fn home(tid: i32) -> usize {
         (tid as u32 as usize).wrapping_mul(0x9E37_79B9) % MAX_THREADS
     }
