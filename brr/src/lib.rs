@@ -5,6 +5,7 @@
 
 pub mod emu;
 pub mod encoding;
+pub mod experiment;
 pub mod instrument;
 pub mod lfsr;
 pub mod profile;

@@ -55,6 +55,15 @@ pub fn site_addresses(exe: &Path) -> Result<HashMap<u64, (String, usize)>> {
 /// under the emulator and watching the jcc at each marker. Units are keyed
 /// by their sanitised names (as in the marker symbols).
 pub fn exact_edges(exe: &Path, args: &[String], env: &[String]) -> Result<(EdgeProfile, i32)> {
+    exact_edges_with(exe, args, env, false)
+}
+
+fn exact_edges_with(
+    exe: &Path,
+    args: &[String],
+    env: &[String],
+    quiet: bool,
+) -> Result<(EdgeProfile, i32)> {
     let sites = site_addresses(exe)?;
     anyhow::ensure!(
         !sites.is_empty(),
@@ -63,6 +72,14 @@ pub fn exact_edges(exe: &Path, args: &[String], env: &[String]) -> Result<(EdgeP
     );
     let mut counts: HashMap<u64, (u64, u64)> = HashMap::new();
     let mut process = Process::load(exe, args, env, 1)?;
+    let null = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .context("cannot open /dev/null")?;
+    if quiet {
+        use std::os::fd::AsRawFd;
+        process.stdio[1] = null.as_raw_fd();
+    }
     let status = process
         .run_with(u64::MAX, |m| {
             let r = &m.retired;
@@ -81,6 +98,15 @@ pub fn exact_edges(exe: &Path, args: &[String], env: &[String]) -> Result<(EdgeP
         p.insert(key, counts.get(&addr).copied().unwrap_or_default());
     }
     Ok((p, status))
+}
+
+/// `exact_edges` with the guest's stdout sent to /dev/null.
+pub fn exact_edges_quiet(
+    exe: &Path,
+    args: &[String],
+    env: &[String],
+) -> Result<(EdgeProfile, i32)> {
+    exact_edges_with(exe, args, env, true)
 }
 
 /// Replaces unit names by their sanitised form (as marker symbols spell them).

@@ -54,6 +54,8 @@ pub struct Process {
     mmap_next: u64,
     /// Number of system calls serviced.
     pub syscalls: u64,
+    /// Host descriptors behind the guest's 0, 1 and 2 (default: the same).
+    pub stdio: [i32; 3],
 }
 
 impl Process {
@@ -90,6 +92,7 @@ impl Process {
             heap_mapped: 0,
             mmap_next: MMAP_TOP,
             syscalls: 0,
+            stdio: [0, 1, 2],
         })
     }
 
@@ -267,9 +270,11 @@ impl Process {
         if len == 0 {
             return 0;
         }
+        let stdio = self.stdio;
         let Ok(slice) = self.machine.mem.slice_mut(buf, len as usize) else {
             return Self::efault();
         };
+        let fd = stdio.get(fd as usize).map_or(fd, |&h| h as u64);
         let fd = fd as i32;
         // SAFETY: `slice` is a live guest buffer of `len` bytes.
         let n = unsafe {
@@ -358,6 +363,7 @@ impl Process {
     }
 
     fn fstat(&mut self, fd: u64, buf: u64) -> i64 {
+        let fd = self.stdio.get(fd as usize).map_or(fd, |&h| h as u64);
         // SAFETY: zeroed stat is valid; fstat fills it.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         let r = host(unsafe { libc::fstat(fd as i32, &mut st) } as i64);
@@ -398,6 +404,7 @@ impl Process {
     }
 
     fn ioctl(&mut self, fd: u64, req: u64, arg: u64) -> i64 {
+        let fd = self.stdio.get(fd as usize).map_or(fd, |&h| h as u64);
         let size = match req {
             0x5401 => 60, // TCGETS: struct termios
             0x5413 => 8,  // TIOCGWINSZ: struct winsize
