@@ -3,8 +3,9 @@
 //! 1. The breakpoint microbenchmark (paper §3.2): median cost of one move
 //!    and of one whole stop (move + trigger + handler).
 //! 2. A real session on a branchy loop for N = 16 and N = 32, interleaved
-//!    runs: median handler time per trace, breakpoints per trace, decode
-//!    time per decoded branch and per branch followed.
+//!    runs, with the data-flow look-ahead off (the paper's algorithm) and
+//!    on: median handler time per trace, breakpoints per trace, decode time
+//!    per decoded branch and per branch followed.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -51,9 +52,9 @@ struct Run {
     stop_us_in_handler: f64,
 }
 
-fn traced_run(lbr: usize, dir: &std::path::Path) -> Run {
+fn traced_run(lbr: usize, dataflow: &str, dir: &std::path::Path) -> Run {
     let opts = Options::parse_words(&format!(
-        "event=task-clock period=1000000 lbr={lbr} out={}",
+        "event=task-clock period=1000000 lbr={lbr} dataflow={dataflow} out={}",
         dir.display()
     ))
     .expect("options");
@@ -100,19 +101,26 @@ fn main() {
     );
 
     let dir = std::env::temp_dir().join(format!("bd-bench-{}", std::process::id()));
-    let mut by_n: Vec<(usize, Vec<Run>)> = vec![(16, Vec::new()), (32, Vec::new())];
+    let mut configs: Vec<(usize, &str, Vec<Run>)> = vec![
+        (16, "off", Vec::new()),
+        (16, "on", Vec::new()),
+        (32, "off", Vec::new()),
+        (32, "on", Vec::new()),
+    ];
     for _ in 0..RUNS {
-        for (n, runs) in by_n.iter_mut() {
-            runs.push(traced_run(*n, &dir));
+        for (n, dataflow, runs) in configs.iter_mut() {
+            runs.push(traced_run(*n, dataflow, &dir));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!("\ntracer on a branchy loop, task-clock period 1 ms, {RUNS} interleaved runs of 2 s, medians:");
-    println!("  N   handler us/trace  breakpoints/trace  in-handler us/stop  decode ns/decoded branch  decode ns/branch followed");
-    for (n, runs) in by_n {
+    println!(
+        "  N   dataflow  handler us/trace  breakpoints/trace  in-handler us/stop  decode ns/decoded branch  decode ns/branch followed"
+    );
+    for (n, dataflow, runs) in configs {
         let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
         println!(
-            "  {n:<3} {:>16.1} {:>18.1} {:>19.2} {:>25.0} {:>26.1}",
+            "  {n:<3} {dataflow:<9} {:>16.1} {:>18.1} {:>19.2} {:>25.0} {:>26.1}",
             m(|r| r.handler_us_per_trace),
             m(|r| r.bps_per_trace),
             m(|r| r.stop_us_in_handler),
