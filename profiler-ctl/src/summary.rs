@@ -29,9 +29,11 @@ pub fn load(dir: &Path) -> Result<Option<Value>> {
     Ok(Some(value))
 }
 
-/// Subdirectories `<comm>.<pid>` of `dir` that child processes wrote,
-/// sorted; with `since`, only those changed at or after that time (so the
-/// leftovers of an earlier run into the same directory are not counted).
+/// Subdirectories `<comm>.<pid>` of `dir` holding a child process's
+/// profile (its summary.json), sorted; with `since`, only those changed at
+/// or after that time (so the leftovers of an earlier run into the same
+/// directory are not counted). A process that exec'd again or never wrote
+/// leaves an empty directory, which is not a profile.
 pub fn child_dirs(dir: &Path, since: Option<SystemTime>) -> Vec<String> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
@@ -44,8 +46,10 @@ pub fn child_dirs(dir: &Path, since: Option<SystemTime>) -> Vec<String> {
         .filter_map(|entry| {
             let name = entry.file_name().into_string().ok()?;
             let (comm, pid) = name.rsplit_once('.')?;
-            let is_child =
-                !comm.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+            let is_child = !comm.is_empty()
+                && !pid.is_empty()
+                && pid.bytes().all(|b| b.is_ascii_digit())
+                && entry.path().join("summary.json").is_file();
             let fresh = match since {
                 None => true,
                 Some(t) => entry
@@ -420,8 +424,11 @@ next: turn the traces into an AutoFDO profile:
     fn child_directories_are_found_by_their_name() {
         let dir =
             std::env::temp_dir().join(format!("profiler-ctl-children-{}", std::process::id()));
-        for sub in ["sh.12", "cat.3", "notes", "x.y", ".5"] {
+        for sub in ["sh.12", "cat.3", "notes", "x.y", ".5", "empty.4"] {
             fs::create_dir_all(dir.join(sub)).unwrap();
+            if sub != "empty.4" {
+                fs::write(dir.join(sub).join("summary.json"), b"{}").unwrap();
+            }
         }
         fs::write(dir.join("file.9"), b"").unwrap();
         assert_eq!(

@@ -90,7 +90,6 @@ fn counter(status: &str, name: &str) -> u64 {
 }
 
 #[test]
-#[ignore = "needs the control socket and outputs of libbreakdance (contract.md), not in HEAD yet"]
 fn a_session_is_started_watched_and_stopped() {
     let Some(lib) = library() else { return };
     let scratch = Scratch::new("session");
@@ -164,7 +163,6 @@ fn a_session_is_started_watched_and_stopped() {
 }
 
 #[test]
-#[ignore = "needs the control socket and outputs of libbreakdance (contract.md), not in HEAD yet"]
 fn an_error_answer_is_printed_and_exits_1() {
     let Some(lib) = library() else { return };
     let traced = Traced::start(&lib);

@@ -72,3 +72,73 @@ impl Drop for Scratch {
 pub fn stderr_of(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
+
+/// How long a test waits for profiler-ctl before it declares a hang. Not a
+/// speed check: it only keeps a stuck run from blocking CI for its whole
+/// budget.
+pub const HANG_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Every descendant of `pid`, deepest last.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(p) = queue.pop() {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.filter_map(|t| t.ok()) {
+            let children = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                found.push(child);
+                queue.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// Waits for `child` (a profiler-ctl), killing it and everything it
+/// started if it has not ended after [`HANG_LIMIT`], then failing.
+pub fn wait_bounded(mut child: std::process::Child, what: &str) -> std::process::Output {
+    let since = std::time::Instant::now();
+    loop {
+        if child.try_wait().expect("wait for profiler-ctl").is_some() {
+            return child.wait_with_output().expect("collect output");
+        }
+        if since.elapsed() > HANG_LIMIT {
+            let stuck = descendants(child.id());
+            for pid in stuck.iter().rev() {
+                // SAFETY: kill with a pid and a valid signal.
+                unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+            }
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("collect output");
+            panic!(
+                "{what}: profiler-ctl did not end within {} s (killed it and pids {stuck:?}); stderr: {}",
+                HANG_LIMIT.as_secs(),
+                stderr_of(&output)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Runs `command` with captured output, bounded by [`wait_bounded`].
+pub fn run_bounded(command: &mut Command, what: &str) -> std::process::Output {
+    let child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start profiler-ctl");
+    wait_bounded(child, what)
+}
+
+/// `program` found on PATH, without symlinks (as profiler-ctl names it).
+pub fn resolve(program: &str) -> PathBuf {
+    env::split_paths(&env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .and_then(|p| fs::canonicalize(p).ok())
+        .unwrap_or_else(|| panic!("{program} is not on PATH"))
+}
