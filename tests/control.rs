@@ -176,10 +176,24 @@ impl Program {
 }
 
 impl Drop for Program {
+    /// Ends the program; when the test is failing, says whether it had died
+    /// and what it wrote to stderr (the library's messages).
     fn drop(&mut self) {
-        if let Some(child) = self.0.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
+        let Some(child) = self.0.as_mut() else { return };
+        if std::thread::panicking() {
+            match child.try_wait() {
+                Ok(Some(status)) => eprintln!("the controlled program had exited: {status}"),
+                _ => eprintln!("the controlled program was still running"),
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        if std::thread::panicking() {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                let _ = pipe.read_to_string(&mut stderr);
+            }
+            eprintln!("its stderr:\n{stderr}");
         }
     }
 }

@@ -230,6 +230,30 @@ pub fn check_summary(rec: &Recording) {
         !rec.script.mmaps.is_empty(),
         "perf.script has no MMAP2 lines"
     );
+    if let Some(written) = s.get("traces_written").and_then(|w| w.as_u64()) {
+        assert_eq!(
+            written,
+            rec.script.trace_count(),
+            "summary.json traces_written vs perf.script"
+        );
+    }
+    // Each module's branch count is the entries with both ends in it.
+    let modules = s["modules"]
+        .as_array()
+        .unwrap_or_else(|| panic!("summary.json lacks modules: {s}"));
+    for module in modules {
+        let path = module["path"].as_str().unwrap_or_default();
+        let basename = Path::new(path)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let branches = counter(module, "branches");
+        let in_script: u64 = module_edges(&rec.script, basename).values().sum();
+        assert_eq!(
+            branches, in_script,
+            "summary.json says {path} has {branches} branches, perf.script has {in_script}"
+        );
+    }
     let files = s["files"]
         .as_array()
         .unwrap_or_else(|| panic!("summary.json lacks files: {s}"));

@@ -1,0 +1,252 @@
+//! The cases where the tracer must stop short or refuse, for real: an rseq
+//! critical section, a thread whose debug registers are all taken, and an
+//! output directory that cannot be written at stop.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Runs `profiler-ctl ARGS`.
+fn ctl(tracer: &Tracer, args: &[&str]) -> Output {
+    Command::new(&tracer.ctl)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", tracer.ctl.display()))
+}
+
+/// A program started with the library preloaded and its own socket;
+/// killed if the test fails first.
+struct Preloaded {
+    child: Option<Child>,
+    socket: PathBuf,
+    stop_file: PathBuf,
+}
+
+impl Preloaded {
+    fn start(tracer: &Tracer, program: &Path, dir: &Path) -> Preloaded {
+        let socket = dir.join("ctl.sock");
+        let stop_file = dir.join("stop-now");
+        let child = Command::new(program)
+            .arg(&stop_file)
+            .env("LD_PRELOAD", &tracer.lib)
+            .env("BREAKDANCE_SOCKET", &socket)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+        let t0 = Instant::now();
+        while !socket.exists() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the library opened no socket at {}",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Preloaded {
+            child: Some(child),
+            socket,
+            stop_file,
+        }
+    }
+
+    fn socket(&self) -> &str {
+        self.socket.to_str().expect("UTF-8 path")
+    }
+
+    /// Lets the program finish and returns its output.
+    fn finish(mut self) -> Output {
+        std::fs::write(&self.stop_file, b"").unwrap();
+        self.child.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Preloaded {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn no_stop_inside_an_rseq_critical_section() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("rseq");
+    let program = build(&clang, &scratch.0, "rseq_section", &["rseq_section.c"], &[]);
+    let out = scratch.path("out");
+    let run = record(&tracer, &out, 500_000, &program, &["3000"], &[]);
+    assert!(
+        run.status.success(),
+        "rseq_section failed under the tracer: {}",
+        text(&run.stderr)
+    );
+    let stderr = text(&run.stderr);
+    let bounds: Vec<u64> = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("rseq section "))
+        .unwrap_or_else(|| panic!("the program printed no bounds: {stderr}"))
+        .split(' ')
+        .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).expect("hex address"))
+        .collect();
+    let (start, end) = (bounds[0], bounds[1]);
+    let rec = load(&out);
+    let rseq_aborts = counter(&rec.summary, "aborts.rseq");
+    assert!(
+        rseq_aborts > 0,
+        "no trace ended at the rseq section: {}",
+        rec.summary
+    );
+    // A branch inside the section is one the tracer resolved there: only
+    // the data-flow model may do that (it sets no breakpoint). With it off,
+    // no recorded branch may start inside.
+    let off_out = scratch.path("out-off");
+    let off = record(
+        &tracer,
+        &off_out,
+        500_000,
+        &program,
+        &["3000"],
+        &[("BREAKDANCE_DATAFLOW", "off".as_ref())],
+    );
+    assert!(off.status.success(), "{}", text(&off.stderr));
+    let off_rec = load(&off_out);
+    let inside: Vec<_> = off_rec
+        .script
+        .traces
+        .iter()
+        .flat_map(|t| t.entries_newest_first.iter())
+        .filter(|e| e.from >= start && e.from < end)
+        .collect();
+    assert!(
+        inside.is_empty(),
+        "breakpoints were taken inside the rseq section: {:x?}",
+        &inside[..inside.len().min(5)]
+    );
+    assert!(counter(&off_rec.summary, "aborts.rseq") > 0);
+}
+
+#[test]
+fn a_thread_without_a_free_breakpoint_slot_is_refused_and_runs_on() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("bphog");
+    let program = build(&clang, &scratch.0, "bp_hog", &["bp_hog.c"], &[]);
+    let native_stop = scratch.path("native-stop");
+    std::fs::write(&native_stop, b"").unwrap();
+    let native = run_native(&program, &[native_stop.to_str().unwrap()], &[]);
+    assert_eq!(
+        text(&native.stdout),
+        "held 4\ndone 1\n",
+        "the machine must give a thread four breakpoints"
+    );
+
+    let p = Preloaded::start(&tracer, &program, &scratch.0);
+    let out = scratch.path("out");
+    let start = ctl(
+        &tracer,
+        &[
+            "start",
+            "--socket",
+            p.socket(),
+            "-c",
+            "1000000",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        start.status.code(),
+        Some(1),
+        "start must fail: {}",
+        text(&start.stdout)
+    );
+    let message = text(&start.stderr);
+    assert!(
+        message.contains("ENOSPC") && message.contains("breakpoint"),
+        "the refusal names the cause: {message}"
+    );
+    assert_eq!(message.trim_end().lines().count(), 1, "one line: {message}");
+    let status = ctl(&tracer, &["status", "--socket", p.socket()]);
+    assert!(status.status.success());
+    assert!(
+        text(&status.stdout).contains("off"),
+        "status after a refused start: {}",
+        text(&status.stdout)
+    );
+    let finished = p.finish();
+    assert!(finished.status.success(), "{}", text(&finished.stderr));
+    assert_eq!(text(&finished.stdout), "held 4\ndone 1\n");
+}
+
+#[test]
+fn a_failed_write_is_reported_and_the_data_kept_for_a_retry() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("retry");
+    let program = build(&clang, &scratch.0, "control", &["control.c"], &[]);
+    let p = Preloaded::start(&tracer, &program, &scratch.0);
+    let out = scratch.path("out");
+    let out_arg = out.to_str().unwrap();
+    let start = ctl(
+        &tracer,
+        &[
+            "start",
+            "--socket",
+            p.socket(),
+            "-c",
+            "500000",
+            "-o",
+            out_arg,
+        ],
+    );
+    assert!(start.status.success(), "{}", text(&start.stderr));
+    std::thread::sleep(Duration::from_millis(500));
+    // The directory becomes a plain file: nothing can be written under it.
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::write(&out, b"in the way").unwrap();
+    let failed = ctl(&tracer, &["stop", "--socket", p.socket()]);
+    assert_eq!(failed.status.code(), Some(1));
+    let message = text(&failed.stderr);
+    assert!(
+        message.contains(out_arg),
+        "the error names the path: {message}"
+    );
+    assert!(
+        message.contains("retry"),
+        "the error says the data is kept: {message}"
+    );
+    // Fixed, a second stop writes the same session.
+    std::fs::remove_file(&out).unwrap();
+    let retried = ctl(&tracer, &["stop", "--socket", p.socket()]);
+    assert!(retried.status.success(), "{}", text(&retried.stderr));
+    let rec = load(&out);
+    assert!(
+        counter(&rec.summary, "traces_completed") > 0,
+        "{}",
+        rec.summary
+    );
+    // Nothing more to write: a third stop says so.
+    let third = ctl(&tracer, &["stop", "--socket", p.socket()]);
+    assert_eq!(third.status.code(), Some(1));
+    assert!(text(&third.stderr).contains("no session is running"));
+    let finished = p.finish();
+    assert!(finished.status.success());
+    assert_eq!(text(&finished.stdout), "control done\n");
+}
