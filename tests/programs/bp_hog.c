@@ -39,6 +39,6 @@ int main(int argc, char **argv) {
     while (access(argv[1], F_OK) != 0)
         for (int i = 0; i < 100000; i++)
             x = (x & 1) ? x * 3 + 1 : x >> 1;
-    printf("done %lu\n", x > 0);
+    printf("done %d\n", x > 0);
     return 0;
 }
