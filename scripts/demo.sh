@@ -125,6 +125,6 @@ create_llvm_prof  out/demo.gcov, $(size "$out/demo.gcov") bytes
 hottest function  $hot
 output            $expected (the same from every build)
 time, best of 3   -O2: ${t_base} s
-                  -O2 -fprofile-sample-use=out/demo.prof: ${t_fdo} s ($(change "$t_fdo"))
-                  -O2 -fprofile-sample-use=out/demo.gcov: ${t_gcov} s ($(change "$t_gcov"))
+                  -O2 -fprofile-sample-use=out/demo.prof: ${t_fdo} s ($(change "$t_fdo") time)
+                  -O2 -fprofile-sample-use=out/demo.gcov: ${t_gcov} s ($(change "$t_gcov") time)
 EOF
