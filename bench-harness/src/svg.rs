@@ -370,13 +370,15 @@ impl BarChart {
             lo = lo.min(r);
             hi = hi.max(r);
         }
-        // Bars grow from zero, or from the reference line when one is set
-        // (speedups grow from 1.0), so the axis must include it.
-        let base = self.y_reference.unwrap_or(0.0);
+        // Stacks grow from zero; side-by-side bars from the reference line
+        // when one is set (speedups grow from 1.0), else from zero. The
+        // axis must include where they start.
+        let base = if self.stacked {
+            0.0
+        } else {
+            self.y_reference.unwrap_or(0.0)
+        };
         lo = lo.min(base);
-        if self.y_reference.is_none() {
-            lo = lo.min(0.0);
-        }
         let y = Axis::new(lo, hi, false, y1, y0);
         let mut out = String::new();
         header(&mut out, &self.title);

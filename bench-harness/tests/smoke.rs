@@ -161,7 +161,7 @@ fn overhead_table_breakdown_and_factors() {
     assert!(b.len() > 1);
     let mut sampled = std::collections::BTreeSet::new();
     for r in &b[1..] {
-        let parts: f64 = (3..7).map(|i| num(&r[i])).sum();
+        let parts: f64 = (4..9).map(|i| num(&r[i])).sum();
         assert!((parts - 100.0).abs() < 0.5, "{r:?}");
         if num(&r[column(&b, "samples/run")]) > 0.0 {
             sampled.insert(r[0].clone());
