@@ -181,9 +181,19 @@ impl Drop for Program {
     fn drop(&mut self) {
         let Some(child) = self.0.as_mut() else { return };
         if std::thread::panicking() {
-            match child.try_wait() {
-                Ok(Some(status)) => eprintln!("the controlled program had exited: {status}"),
-                _ => eprintln!("the controlled program was still running"),
+            // A program killed by a signal closes its sockets before it can
+            // be waited for: give a dying one a moment to become a zombie.
+            let mut status = None;
+            for _ in 0..50 {
+                status = child.try_wait().ok().flatten();
+                if status.is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            match status {
+                Some(status) => eprintln!("the controlled program had exited: {status}"),
+                None => eprintln!("the controlled program was still running"),
             }
         }
         let _ = child.kill();
@@ -233,14 +243,14 @@ fn assert_refused(socket: &Path, expected_state: &str) {
     }
 }
 
-#[test]
-fn three_sessions_malformed_requests_and_foreign_uid() {
-    let tracer = tracer();
-    let Some(clang) = tool("clang-19") else {
-        return;
-    };
-    let dir = Scratch::new("control");
-    let binary = build(&clang, &dir.0, "control", &["control.c"], &[]);
+/// Builds control.c and starts it with the library preloaded (no autostart)
+/// and its control socket in `dir`; returns once the socket exists.
+fn spawn_controlled(
+    tracer: &Tracer,
+    clang: &Path,
+    dir: &Scratch,
+) -> (Program, std::path::PathBuf, std::path::PathBuf) {
+    let binary = build(clang, &dir.0, "control", &["control.c"], &[]);
     let socket = dir.path("ctl.sock");
     let quit = dir.path("quit");
     let child = Command::new(&binary)
@@ -268,6 +278,49 @@ fn three_sessions_malformed_requests_and_foreign_uid() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    (program, socket, quit)
+}
+
+/// Tells the program to finish and checks it ends normally.
+fn finish(program: &mut Program, quit: &Path) {
+    std::fs::write(quit, b"").unwrap();
+    let output = program.0.take().unwrap().wait_with_output().unwrap();
+    assert!(output.status.success(), "program failed: {output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "control done\n");
+}
+
+/// Many short sessions in a row: every stop answers and writes a complete
+/// profile, and the program survives them all (a SIGTRAP of a session that
+/// arrives after stop must not reach the default action).
+#[test]
+fn many_short_sessions() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("cycles");
+    let (mut program, socket, quit) = spawn_controlled(&tracer, &clang, &dir);
+    for session in 0..12 {
+        let out = dir.path(&format!("s{session}"));
+        let line = format!("start period=50000 out={}", out.display());
+        ok_json(&line, &request(&socket, &line));
+        std::thread::sleep(Duration::from_millis(60));
+        ok_json("stop", &request(&socket, "stop"));
+        let rec = load(&out);
+        check_summary(&rec);
+        assert_valid_traces(&format!("short session {session}"), &rec);
+    }
+    finish(&mut program, &quit);
+}
+
+#[test]
+fn three_sessions_malformed_requests_and_foreign_uid() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("control");
+    let (mut program, socket, quit) = spawn_controlled(&tracer, &clang, &dir);
 
     assert_eq!(state(&socket), "off");
     assert_refused(&socket, "off");
@@ -307,10 +360,7 @@ fn three_sessions_malformed_requests_and_foreign_uid() {
         "two sessions wrote identical profiles"
     );
 
-    std::fs::write(&quit, b"").unwrap();
-    let output = program.0.take().unwrap().wait_with_output().unwrap();
-    assert!(output.status.success(), "program failed: {output:?}");
-    assert_eq!(String::from_utf8_lossy(&output.stdout), "control done\n");
+    finish(&mut program, &quit);
 }
 
 /// A peer of another uid is refused both by the socket's mode and, with the
