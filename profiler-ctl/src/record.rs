@@ -111,17 +111,19 @@ struct Prepared {
     output: PathBuf,
 }
 
+/// Creating the output directory is the one check that changes something,
+/// so it comes last.
 fn prepare(args: &RecordArgs) -> Result<Prepared, UsageError> {
     if let Some(event) = &args.session.event {
         cli::check_event_available(event, cli::machine_has_pmu())?;
     }
+    let lib = find_library(args.lib.as_deref())?;
     let output = args
         .session
         .output
         .clone()
         .unwrap_or_else(|| cli::DEFAULT_OUTPUT.into());
     let output = cli::prepare_output_dir(&output)?;
-    let lib = find_library(args.lib.as_deref())?;
     Ok(Prepared { lib, output })
 }
 
@@ -243,7 +245,13 @@ fn report(
     match loaded {
         Some(json) if json.get("pid").and_then(|p| p.as_u64()) == Some(u64::from(pid)) => {
             let children = summary::child_dirs(output, Some(started_at));
-            summary::render(&json, binary, &children)
+            let mut text = summary::render(&json, binary, &children);
+            if let Exit::Signal(_) = exit {
+                text.push_str(&format!(
+                    "profiler-ctl: pid {pid} {how} after its profile was written\n"
+                ));
+            }
+            text
         }
         Some(json) => format!(
             "profiler-ctl: {} is from an earlier run (pid {}), not from pid {pid}, which {how}; \

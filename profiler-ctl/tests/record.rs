@@ -373,4 +373,8 @@ fn a_terminating_signal_first_has_the_profile_written() {
         "{stderr}"
     );
     assert!(stderr.starts_with("breakdance: profiled"), "{stderr}");
+    assert!(
+        stderr.contains("was killed by SIGTERM after its profile was written"),
+        "{stderr}"
+    );
 }
