@@ -400,3 +400,44 @@ fn check_foreign_uid(socket: &Path) {
         "the library served a peer of another uid"
     );
 }
+
+/// A stop whose output directory cannot be written answers `error` naming
+/// the path, keeps the data, and a later stop writes it.
+#[test]
+fn failed_write_is_retried_by_the_next_stop() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("retry");
+    let (mut program, socket, quit) = spawn_controlled(&tracer, &clang, &dir);
+    let out = dir.path("out");
+    let line = format!("start period=100000 out={}", out.display());
+    ok_json(&line, &request(&socket, &line));
+    // While the session runs, a regular file takes the output directory's
+    // place (root ignores permission bits, so a read-only directory would
+    // not stop the write).
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::write(&out, b"").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let answer = request(&socket, "stop");
+    assert!(
+        answer.starts_with("error ") && answer.contains(&*out.to_string_lossy()),
+        "stop into an unwritable directory was answered '{answer}'"
+    );
+    std::fs::remove_file(&out).unwrap();
+    std::fs::create_dir(&out).unwrap();
+    let summary = ok_json("stop", &request(&socket, "stop"));
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_eq!(
+        counter(&summary, "traces_completed"),
+        counter(&rec.summary, "traces_completed")
+    );
+    assert!(
+        rec.script.trace_count() > 0,
+        "the retried stop wrote no traces"
+    );
+    assert_valid_traces("retried stop", &rec);
+    finish(&mut program, &quit);
+}
