@@ -27,6 +27,8 @@ pub const EVENTS: [&str; 5] = [
     "instructions",
     "cycles",
 ];
+/// Modes of the library's data-flow look-ahead (`BREAKDANCE_DATAFLOW`).
+pub const DATAFLOW_MODES: [&str; 3] = ["on", "off", "verify"];
 /// How long start/stop/status wait for the answer by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -61,6 +63,7 @@ pub struct SessionOptions {
     pub rate: Option<Rate>,
     pub lbr: Option<u32>,
     pub output: Option<PathBuf>,
+    pub dataflow: Option<&'static str>,
 }
 
 /// Which control socket to talk to.
@@ -236,6 +239,7 @@ fn session_flag<'a>(
             set_rate(session, Rate::Freq(n), flag.name)?;
         }
         "--lbr" => session.lbr = Some(parse_lbr(flag.name, opts.value(flag)?)?),
+        "--dataflow" => session.dataflow = Some(parse_dataflow(flag.name, opts.value(flag)?)?),
         "-o" | "--output" => {
             let dir = opts.os_value(flag)?;
             if dir.is_empty() {
@@ -270,6 +274,15 @@ pub fn parse_event(option: &str, value: &str) -> Result<String, UsageError> {
             EVENTS.join(", ")
         ))
     }
+}
+
+/// A data-flow look-ahead mode: on, off or verify.
+pub fn parse_dataflow(option: &str, value: &str) -> Result<&'static str, UsageError> {
+    DATAFLOW_MODES
+        .iter()
+        .find(|m| **m == value)
+        .copied()
+        .ok_or_else(|| UsageError(format!("{option}: '{value}' is not one of on, off, verify")))
 }
 
 /// A period or frequency: a whole number above zero.
@@ -409,6 +422,9 @@ pub fn start_request(session: &SessionOptions) -> Result<String, UsageError> {
     }
     if let Some(lbr) = session.lbr {
         line.push_str(&format!(" lbr={lbr}"));
+    }
+    if let Some(mode) = session.dataflow {
+        line.push_str(&format!(" dataflow={mode}"));
     }
     if let Some(dir) = &session.output {
         let text = dir
@@ -589,6 +605,21 @@ mod tests {
     }
 
     #[test]
+    fn dataflow_modes_are_checked() {
+        assert_eq!(
+            record(&["--dataflow", "off", "true"])
+                .unwrap()
+                .session
+                .dataflow,
+            Some("off")
+        );
+        assert_eq!(
+            error(&["record", "--dataflow", "maybe", "true"]),
+            "--dataflow: 'maybe' is not one of on, off, verify"
+        );
+    }
+
+    #[test]
     fn hardware_events_need_a_pmu() {
         assert!(check_event_available("task-clock", false).is_ok());
         assert!(check_event_available("branches", true).is_ok());
@@ -639,6 +670,7 @@ mod tests {
             "4000",
             "--lbr",
             "16",
+            "--dataflow=verify",
             "-o",
             "/d",
         ]))
@@ -649,7 +681,7 @@ mod tests {
         assert_eq!(target.socket, PathBuf::from("/s"));
         assert_eq!(
             start_request(&session).unwrap(),
-            "start event=task-clock freq=4000 lbr=16 out=/d"
+            "start event=task-clock freq=4000 lbr=16 dataflow=verify out=/d"
         );
         assert_eq!(start_request(&SessionOptions::default()).unwrap(), "start");
         let spaced = SessionOptions {

@@ -42,10 +42,15 @@ Options:
   -e, --event EVENT   sampling event: task-clock, cpu-clock, branches,
                       instructions, cycles (default: branches where the CPU
                       has a PMU, task-clock where it does not)
-  -c, --period N      sample every N events (ns for the clock events)
-  -F, --freq HZ       sample HZ times a second (not with -c; default: the
-                      library's default rate)
+  -c, --period N      sample every N events: ns of CPU time for the clock
+                      events (default 10000000, 10 ms), branches etc. for
+                      the hardware ones (default 1000003)
+  -F, --freq HZ       sample HZ times a second instead (not with -c)
       --lbr N         taken branches per trace, 1..=4096 (default 32)
+      --dataflow MODE data-flow look-ahead: on (resolve branches from
+                      registers without a breakpoint where it is safe), off
+                      (the paper's algorithm), verify (predict and still
+                      stop, counting mispredictions) (default on)
   -o, --output DIR    output directory, created if missing (default
                       breakdance-out)
       --lib PATH      libbreakdance.so to use (default: $BREAKDANCE_LIB, else
@@ -70,9 +75,15 @@ Options:
   -e, --event EVENT   sampling event: task-clock, cpu-clock, branches,
                       instructions, cycles (default: branches where the CPU
                       has a PMU, task-clock where it does not)
-  -c, --period N      sample every N events (ns for the clock events)
-  -F, --freq HZ       sample HZ times a second (not with -c)
+  -c, --period N      sample every N events: ns of CPU time for the clock
+                      events (default 10000000, 10 ms), branches etc. for
+                      the hardware ones (default 1000003)
+  -F, --freq HZ       sample HZ times a second instead (not with -c)
       --lbr N         taken branches per trace, 1..=4096 (default 32)
+      --dataflow MODE data-flow look-ahead: on (resolve branches from
+                      registers without a breakpoint where it is safe), off
+                      (the paper's algorithm), verify (predict and still
+                      stop, counting mispredictions) (default on)
   -o, --output DIR    output directory, created if missing (default
                       breakdance-out in the program's working directory)
   -t, --timeout SECS  how long to wait for the answer (default 30)

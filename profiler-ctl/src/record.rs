@@ -28,7 +28,7 @@ const POLL: Duration = Duration::from_secs(1);
 /// Variables the library reads: all are set or cleared for the child, so
 /// values left in the environment (by an enclosing traced run, say) do not
 /// mix with the options given here.
-const LIBRARY_VARIABLES: [&str; 8] = [
+const LIBRARY_VARIABLES: [&str; 9] = [
     "BREAKDANCE_AUTOSTART",
     "BREAKDANCE_EVENT",
     "BREAKDANCE_PERIOD",
@@ -37,6 +37,7 @@ const LIBRARY_VARIABLES: [&str; 8] = [
     "BREAKDANCE_OUTPUT",
     "BREAKDANCE_SOCKET",
     "BREAKDANCE_ROOT_PID",
+    "BREAKDANCE_DATAFLOW",
 ];
 
 /// Finds libbreakdance.so: `--lib`, else `$BREAKDANCE_LIB`, else next to
@@ -153,6 +154,9 @@ fn child_command(args: &RecordArgs, prepared: &Prepared) -> Command {
     }
     if let Some(lbr) = args.session.lbr {
         command.env("BREAKDANCE_LBR", lbr.to_string());
+    }
+    if let Some(mode) = args.session.dataflow {
+        command.env("BREAKDANCE_DATAFLOW", mode);
     }
     command
 }
