@@ -64,7 +64,9 @@ pub fn log_log_chart(title: &str, x_label: &str, y_label: &str, series: &[Series
             10f64.powi(e)
         );
     }
-    for e in (x0 as i32)..=(x1 as i32) {
+    // Every other tick label when they would crowd.
+    let step = if x1 - x0 > 10.0 { 2 } else { 1 };
+    for e in ((x0 as i32)..=(x1 as i32)).filter(|e| (e - x0 as i32) % step == 0) {
         let x = px(2f64.powi(e));
         let _ = writeln!(
             s,
