@@ -219,33 +219,39 @@ fn write_table1(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Resul
     geo.extend(medians.iter().map(|v| fmt(geomean(v), 3)));
     t.push(geo);
     rep.table("table1", "Overhead: profiled / native time (Table 1)", &t)?;
-    let series = all
-        .iter()
-        .map(|m| Series {
-            name: m.name.clone(),
-            points: configs
-                .iter()
-                .enumerate()
-                .filter_map(|(ci, c)| match c {
-                    Config::Profiled(p) => {
-                        Some((1e9 / *p as f64, median(&ratios(m, ci, |t| t.wall_s))))
-                    }
-                    _ => None,
-                })
-                .collect(),
-        })
-        .collect();
-    let chart = LineChart {
-        title: "Overhead vs sampling rate".into(),
-        x_label: "samples per second of CPU time (task-clock)".into(),
-        y_label: "wall time, profiled / native".into(),
-        x_log: true,
-        y_log: false,
-        y_from_zero: false,
-        y_reference: Some(1.0),
-        series,
-    };
-    rep.plot("overhead_vs_rate", &chart.render())
+    type Measure = (&'static str, &'static str, fn(&Timing) -> f64);
+    let kinds: [Measure; 2] = [
+        ("overhead_vs_rate", "wall time", |t| t.wall_s),
+        ("overhead_cpu_vs_rate", "CPU time", Timing::cpu_s),
+    ];
+    for (file, what, f) in kinds {
+        let series = all
+            .iter()
+            .map(|m| Series {
+                name: m.name.clone(),
+                points: configs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(ci, c)| match c {
+                        Config::Profiled(p) => Some((1e9 / *p as f64, median(&ratios(m, ci, f)))),
+                        _ => None,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let chart = LineChart {
+            title: format!("Overhead vs sampling rate ({what})"),
+            x_label: "samples per second of CPU time (task-clock)".into(),
+            y_label: format!("{what}, profiled / native"),
+            x_log: true,
+            y_log: false,
+            y_from_zero: false,
+            y_reference: Some(1.0),
+            series,
+        };
+        rep.plot(file, &chart.render())?;
+    }
+    Ok(())
 }
 
 fn walls(v: &[Timing]) -> Vec<f64> {

@@ -112,8 +112,9 @@ impl Axis {
             ticks
         } else {
             let step = nice_step((self.hi - self.lo) / 5.0);
-            let n = ((self.hi - self.lo) / step).round() as i32;
-            (0..=n).map(|i| self.lo + step * f64::from(i)).collect()
+            let first = (self.lo / step - 1e-9).ceil() * step;
+            let n = ((self.hi - first) / step + 1e-9).floor() as i32;
+            (0..=n).map(|i| first + step * f64::from(i)).collect()
         }
     }
 }
@@ -440,6 +441,19 @@ mod tests {
         assert_eq!(nice_step(0.13), 0.2);
         assert_eq!(nice_step(3.0), 5.0);
         assert_eq!(nice_step(70.0), 100.0);
+    }
+
+    #[test]
+    fn linear_ticks_are_multiples_of_the_step() {
+        let a = Axis::new(0.55, 3.2, false, 0.0, 100.0);
+        let ticks = a.ticks();
+        assert!(
+            ticks.iter().all(|t| (t / 1.0).fract().abs() < 1e-9),
+            "{ticks:?}"
+        );
+        assert!(
+            ticks.first().is_some_and(|t| *t >= a.lo) && ticks.last().is_some_and(|t| *t <= a.hi)
+        );
     }
 
     #[test]
