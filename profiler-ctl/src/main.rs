@@ -57,7 +57,7 @@ fn run(command: &Command) -> Result<Exit> {
                 .and_then(Value::as_str)
                 .map(|dir| summary::child_dirs(std::path::Path::new(dir), None))
                 .unwrap_or_default();
-            print!("{}", summary::render(&payload, None, &children));
+            print!("{}", summary::render(&payload, None, &children, None));
         }
         Command::Status(target) => {
             let payload = control(target, "status")?;

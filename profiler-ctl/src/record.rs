@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 
 use crate::cli::{self, Rate, RecordArgs, UsageError};
 use crate::client;
-use crate::signals::{self, Exit};
+use crate::signals::{self, Exit, Reaped};
 use crate::summary;
 
 /// The tracer library's file name.
@@ -189,23 +189,23 @@ pub fn run(args: &RecordArgs) -> Result<Exit> {
         }
     };
     let pid = child.id();
-    let exit = supervise(pid, &blocked)?;
+    let reaped = supervise(pid, &blocked)?;
     if !args.quiet {
         let binary = resolve_program(&args.command[0]);
         eprint!(
             "{}",
-            report(&prepared.output, pid, exit, binary.as_deref(), started_at)
+            report(&prepared.output, pid, reaped, binary.as_deref(), started_at)
         );
     }
-    Ok(exit)
+    Ok(reaped.exit)
 }
 
 /// Passes signals on until the child ends, and returns how it ended.
-fn supervise(pid: u32, blocked: &signals::Blocked) -> Result<Exit> {
+fn supervise(pid: u32, blocked: &signals::Blocked) -> Result<Reaped> {
     let socket = cli::default_socket(pid);
     loop {
-        if let Some(exit) = signals::try_reap(pid).context("cannot wait for the child")? {
-            return Ok(exit);
+        if let Some(reaped) = signals::try_reap(pid).context("cannot wait for the child")? {
+            return Ok(reaped);
         }
         let Some(signal) = blocked.wait(POLL).context("cannot wait for signals")? else {
             continue;
@@ -233,10 +233,11 @@ fn supervise(pid: u32, blocked: &signals::Blocked) -> Result<Exit> {
 fn report(
     output: &Path,
     pid: u32,
-    exit: Exit,
+    reaped: Reaped,
     binary: Option<&Path>,
     started_at: SystemTime,
 ) -> String {
+    let exit = reaped.exit;
     let how = match exit {
         Exit::Signal(signal) => format!("was killed by {}", signals::name(signal)),
         Exit::Code(code) => format!("exited with status {code}"),
@@ -249,7 +250,8 @@ fn report(
     match loaded {
         Some(json) if json.get("pid").and_then(|p| p.as_u64()) == Some(u64::from(pid)) => {
             let children = summary::child_dirs(output, Some(started_at));
-            let mut text = summary::render(&json, binary, &children);
+            let cpu = (reaped.user, reaped.system);
+            let mut text = summary::render(&json, binary, &children, Some(cpu));
             if let Exit::Signal(_) = exit {
                 text.push_str(&format!(
                     "profiler-ctl: pid {pid} {how} after its profile was written\n"
@@ -324,6 +326,14 @@ mod tests {
         assert!(e.contains("cargo build --release"), "{e}");
     }
 
+    fn reaped(exit: Exit) -> Reaped {
+        Reaped {
+            exit,
+            user: Duration::ZERO,
+            system: Duration::ZERO,
+        }
+    }
+
     #[test]
     fn a_missing_summary_is_reported_plainly() {
         let dir = std::env::temp_dir().join(format!("profiler-ctl-report-{}", std::process::id()));
@@ -331,7 +341,7 @@ mod tests {
         let text = report(
             &dir,
             77,
-            Exit::Signal(libc::SIGKILL),
+            reaped(Exit::Signal(libc::SIGKILL)),
             None,
             SystemTime::now(),
         );
@@ -340,7 +350,7 @@ mod tests {
             "{text}"
         );
         std::fs::write(dir.join("summary.json"), br#"{"pid": 12}"#).unwrap();
-        let text = report(&dir, 77, Exit::Code(0), None, SystemTime::now());
+        let text = report(&dir, 77, reaped(Exit::Code(0)), None, SystemTime::now());
         assert!(
             text.contains("is from an earlier run (pid 12), not from pid 77"),
             "{text}"
@@ -350,7 +360,7 @@ mod tests {
             br#"{"pid": 77, "traces_completed": 0}"#,
         )
         .unwrap();
-        let text = report(&dir, 77, Exit::Code(0), None, SystemTime::now());
+        let text = report(&dir, 77, reaped(Exit::Code(0)), None, SystemTime::now());
         assert!(text.starts_with("breakdance: profiled"), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -159,13 +159,29 @@ pub enum Exit {
     Signal(c_int),
 }
 
+/// How a child ended and the CPU time it (and the children it waited for)
+/// used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    pub exit: Exit,
+    pub user: Duration,
+    pub system: Duration,
+}
+
+fn duration_of(tv: libc::timeval) -> Duration {
+    Duration::from_secs(tv.tv_sec.max(0) as u64) + Duration::from_micros(tv.tv_usec.max(0) as u64)
+}
+
 /// Reaps `pid` if it has ended; `None` while it runs (or is only stopped).
-pub fn try_reap(pid: u32) -> io::Result<Option<Exit>> {
+pub fn try_reap(pid: u32) -> io::Result<Option<Reaped>> {
     let mut status: c_int = 0;
     loop {
-        // SAFETY: `status` is a valid out pointer.
-        let ret = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
-        match ret {
+        // SAFETY: rusage is plain data, all-zero is valid.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `status` and `usage` are valid out pointers.
+        let ret =
+            unsafe { libc::wait4(pid as libc::pid_t, &mut status, libc::WNOHANG, &mut usage) };
+        let exit = match ret {
             0 => return Ok(None),
             -1 => {
                 let e = io::Error::last_os_error();
@@ -174,12 +190,15 @@ pub fn try_reap(pid: u32) -> io::Result<Option<Exit>> {
                 }
                 return Err(e);
             }
-            _ if libc::WIFEXITED(status) => return Ok(Some(Exit::Code(libc::WEXITSTATUS(status)))),
-            _ if libc::WIFSIGNALED(status) => {
-                return Ok(Some(Exit::Signal(libc::WTERMSIG(status))))
-            }
+            _ if libc::WIFEXITED(status) => Exit::Code(libc::WEXITSTATUS(status)),
+            _ if libc::WIFSIGNALED(status) => Exit::Signal(libc::WTERMSIG(status)),
             _ => return Ok(None),
-        }
+        };
+        return Ok(Some(Reaped {
+            exit,
+            user: duration_of(usage.ru_utime),
+            system: duration_of(usage.ru_stime),
+        }));
     }
 }
 

@@ -137,8 +137,14 @@ fn main_module<'a>(
 /// The summary printed after `record` and `stop`.
 ///
 /// `binary` is the traced executable when known (record); `children` are
-/// the child-process subdirectories found in the output directory.
-pub fn render(summary: &Value, binary: Option<&Path>, children: &[String]) -> String {
+/// the child-process subdirectories found in the output directory; `cpu` is
+/// the user and system CPU time the program used (record).
+pub fn render(
+    summary: &Value,
+    binary: Option<&Path>,
+    children: &[String],
+    cpu: Option<(Duration, Duration)>,
+) -> String {
     let mut out = String::new();
     let dir = str_at(summary, "output_dir").map(|d| shown_path(Path::new(d)));
     let dir_text = dir.as_ref().map_or("the output directory".to_owned(), |d| {
@@ -222,6 +228,16 @@ pub fn render(summary: &Value, binary: Option<&Path>, children: &[String]) -> St
             _ => String::new(),
         };
         let _ = writeln!(out, "  handler time: {}{share}", parts.join(", "));
+    }
+    if let Some((user, system)) = cpu {
+        // Breakpoint and sample signals are kernel work: the system time
+        // shows their cost, which the handler times above do not include.
+        let _ = writeln!(
+            out,
+            "  program CPU time: {} user, {} system",
+            format_ns(user.as_nanos() as u64),
+            format_ns(system.as_nanos() as u64)
+        );
     }
     if let Some(files) = summary.get("files").and_then(Value::as_array) {
         let names: Vec<&str> = files.iter().filter_map(Value::as_str).collect();
@@ -358,6 +374,7 @@ mod tests {
             &example(),
             Some(Path::new("/work/demo")),
             &["sh.77".into(), "cat.78".into()],
+            Some((Duration::from_millis(2_100), Duration::from_millis(350))),
         );
         let expected = "\
 breakdance: profiled `./demo` (pid 4242) for 2.00 s, 1 thread; outputs in /nonexistent/out
@@ -366,6 +383,7 @@ breakdance: profiled `./demo` (pid 4242) for 2.00 s, 1 thread; outputs in /nonex
   look-ahead: 20000 breakpoints; s = 0.60 of branches resolved statically, t = 0.25 of the rest taken
   aborts: sp_mismatch 3, thread_exit 2
   handler time: 12.3 ms sampling, 45.6 ms breakpoint, 2.1 ms decode = 3.0% of the run's wall time
+  program CPU time: 2.10 s user, 350.0 ms system
   files: perf.script, demo.afdo.txt, libc.so.6.afdo.txt, summary.json
   child processes were profiled too, each into its own subdirectory: sh.77/, cat.78/
 next: turn the traces into an AutoFDO profile:
@@ -377,7 +395,7 @@ next: turn the traces into an AutoFDO profile:
 
     #[test]
     fn without_a_binary_the_busiest_module_is_suggested() {
-        let text = render(&example(), None, &[]);
+        let text = render(&example(), None, &[], None);
         assert!(
             text.contains("--binary=/usr/lib/x86_64-linux-gnu/libc.so.6 --output"),
             "{text}"
@@ -394,7 +412,7 @@ next: turn the traces into an AutoFDO profile:
         let mut summary = example();
         summary["traces_completed"] = json!(0);
         summary["drops"]["no_free_buffer"] = json!(7);
-        let text = render(&summary, None, &[]);
+        let text = render(&summary, None, &[], None);
         assert!(text.contains("  drops: no_free_buffer 7\n"), "{text}");
         assert!(text.contains("no trace was completed"), "{text}");
         assert!(!text.contains("llvm-profgen"), "{text}");
@@ -402,7 +420,7 @@ next: turn the traces into an AutoFDO profile:
 
     #[test]
     fn missing_fields_do_not_break_the_summary() {
-        let text = render(&json!({"traces_completed": 1}), None, &[]);
+        let text = render(&json!({"traces_completed": 1}), None, &[], None);
         assert!(
             text.starts_with(
                 "breakdance: profiled `?`, 0 threads; outputs in the output directory\n"
