@@ -212,16 +212,17 @@ pub fn score(r: &Reference, rec: &Recorded) -> Scores {
     };
     let exact = r.counts.taken_edges();
     // With --skip-plt (its default) callgrind books a call or tail jump
-    // through a PLT stub as a call into the other object, from the same
-    // instruction; our edge goes to the stub. Such edges have no
-    // counterpart in the module's own edge set, so both sides leave them out.
-    let leaves_object: std::collections::BTreeSet<u64> =
-        r.counts.cross_object_calls.iter().map(|c| c.from).collect();
+    // through a PLT stub as a call straight to the final target, and never
+    // shows the stub; our trace has the call to the stub and the stub's
+    // jump. Edges into or out of a PLT section have no counterpart in the
+    // reference, so they are left out of the comparison.
+    let plt = plt_ranges(&r.module.path);
+    let in_plt = |a: u64| plt.iter().any(|&(lo, hi)| (lo..hi).contains(&a));
     let ours: BTreeMap<Edge, u64> = rec
         .edges
         .iter()
         .filter(|(e, _)| !is_return(e.from))
-        .filter(|(e, _)| exact.contains_key(e) || !leaves_object.contains(&e.from))
+        .filter(|(e, _)| !in_plt(e.from) && !in_plt(e.to))
         .map(|(e, c)| (*e, *c))
         .collect();
     let edge_overlap = overlap(&ours, &exact);
@@ -265,6 +266,22 @@ pub fn score(r: &Reference, rec: &Recorded) -> Scores {
             rec.violations as f64 / rec.entries as f64
         },
     }
+}
+
+/// Link-time address ranges of the module's PLT sections (`.plt`,
+/// `.plt.sec`, `.plt.got`); empty when the file cannot be read.
+fn plt_ranges(path: &Path) -> Vec<(u64, u64)> {
+    use object::{Object, ObjectSection};
+    let Ok(data) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let Ok(file) = object::File::parse(&*data) else {
+        return Vec::new();
+    };
+    file.sections()
+        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect()
 }
 
 /// `symbol+0xoff (0xaddr)` for a link-time address.
