@@ -94,7 +94,7 @@ fn a_session_is_started_watched_and_stopped() {
     let Some(lib) = library() else { return };
     let scratch = Scratch::new("session");
     let out = scratch.path("out");
-    let traced = Traced::start(&lib);
+    let mut traced = Traced::start(&lib);
 
     let status = traced.ctl("status", &[]);
     assert!(status.status.success(), "{}", stderr_of(&status));
@@ -139,7 +139,14 @@ fn a_session_is_started_watched_and_stopped() {
     }
 
     let stopped = traced.ctl("stop", &[]);
-    assert!(stopped.status.success(), "{}", stderr_of(&stopped));
+    if !stopped.status.success() {
+        std::thread::sleep(Duration::from_millis(200));
+        let program = traced.child.try_wait().unwrap();
+        panic!(
+            "stop failed ({}); the traced program: {program:?}",
+            stderr_of(&stopped)
+        );
+    }
     let text = stdout_of(&stopped);
     assert!(text.starts_with("breakdance: profiled"), "{text}");
     assert!(
