@@ -5,6 +5,7 @@
 //! the run with `Stop::Unsupported`, which names the instruction.
 
 mod flags;
+mod flow;
 mod int;
 mod sse;
 
@@ -51,8 +52,8 @@ pub fn handler_for<R: Registers, M: Memory>(code: Code) -> Handler<R, M> {
     match code {
         Code::Movsd_xmm_xmmm64 | Code::Movsd_xmmm64_xmm => return sse::movs_scalar,
         Code::Cmpsd_xmm_xmmm64_imm8 => return invalid,
-        Code::Pushfq => return int::pushf,
-        Code::Popfq => return int::popf,
+        Code::Pushfq => return flow::pushf,
+        Code::Popfq => return flow::popf,
         _ => {}
     }
     if code.mnemonic() == Jmp
@@ -111,29 +112,29 @@ pub fn handler_for<R: Registers, M: Memory>(code: Code) -> Handler<R, M> {
         Div | Idiv => int::div,
         Cbw | Cwde | Cdqe => int::extend_acc,
         Cwd | Cdq | Cqo => int::sign_to_rdx,
-        Push => int::push,
-        Pop => int::pop,
-        Leave => int::leave,
-        Jmp => int::jmp,
+        Push => flow::push,
+        Pop => flow::pop,
+        Leave => flow::leave,
+        Jmp => flow::jmp,
         Je | Jne | Jb | Jae | Jbe | Ja | Jl | Jge | Jle | Jg | Js | Jns | Jo | Jno | Jp | Jnp => {
-            int::jcc
+            flow::jcc
         }
-        Jrcxz | Jecxz | Loop | Loope | Loopne => int::jcx,
-        Call => int::call,
-        Ret => int::ret,
+        Jrcxz | Jecxz | Loop | Loope | Loopne => flow::jcx,
+        Call => flow::call,
+        Ret => flow::ret,
         Bt | Bts | Btr | Btc => int::bit_test,
         Bsf | Bsr | Tzcnt | Lzcnt | Popcnt => int::bit_scan,
         Bswap => int::bswap,
         Cmpxchg => int::cmpxchg,
         Xadd => int::xadd,
         Movsb | Movsw | Movsd | Movsq | Stosb | Stosw | Stosd | Stosq | Lodsb | Lodsw | Lodsd
-        | Lodsq | Cmpsb | Cmpsw | Cmpsd | Cmpsq | Scasb | Scasw | Scasd | Scasq => int::string,
+        | Lodsq | Cmpsb | Cmpsw | Cmpsd | Cmpsq | Scasb | Scasw | Scasd | Scasq => flow::string,
         Nop | Endbr64 | Pause | Prefetchnta | Prefetcht0 | Prefetcht1 | Prefetcht2 | Prefetchw
-        | Lfence | Mfence | Sfence => int::nop,
-        Cld | Std => int::cld_std,
-        Clc | Stc | Cmc => int::carry_flag,
-        Syscall => int::syscall,
-        Hlt | Ud2 | Int3 => int::trap,
+        | Lfence | Mfence | Sfence => flow::nop,
+        Cld | Std => flow::cld_std,
+        Clc | Stc | Cmc => flow::carry_flag,
+        Syscall => flow::syscall,
+        Hlt | Ud2 | Int3 => flow::trap,
         Movdqa | Movdqu | Movaps | Movups | Movapd | Movupd | Lddqu => sse::mov128,
         Movd | Movq => sse::movd_movq,
         Movss => sse::movs_scalar,
