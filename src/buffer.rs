@@ -175,6 +175,16 @@ impl TraceBuffer {
         true
     }
 
+    /// Cuts the open trace back to its first `len` entries; returns how many
+    /// were removed. Async-signal-safe.
+    pub fn truncate_open(&mut self, len: usize) -> usize {
+        let Some(start) = self.open else { return 0 };
+        let keep = (start + len).min(self.n_entries);
+        let removed = self.n_entries - keep;
+        self.n_entries = keep;
+        removed
+    }
+
     /// Closes the open trace. Async-signal-safe.
     pub fn close_trace(&mut self, end: TraceEnd) {
         let Some(start) = self.open.take() else {

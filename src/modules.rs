@@ -81,6 +81,9 @@ pub struct Module {
     pub build_id: Option<String>,
     /// rseq critical sections, runtime [start, end).
     pub rseq: Vec<(u64, u64)>,
+    /// Private mappings of the file without write permission (code,
+    /// read-only data, RELRO): memory nothing can change.
+    pub immutable: Vec<(u64, u64)>,
 }
 
 impl Module {
@@ -176,6 +179,13 @@ pub fn modules_from_maps(maps: &[Mapping]) -> Vec<Module> {
         let rseq = rseq_section
             .map(|(addr, size)| read_rseq_ranges(addr.wrapping_add(bias), size, maps.as_slice()))
             .unwrap_or_default();
+        let immutable = maps
+            .iter()
+            .filter(|m| {
+                m.perms.as_bytes().get(1) != Some(&b'w') && m.perms.as_bytes().get(3) == Some(&b'p')
+            })
+            .map(|m| (m.start, m.end))
+            .collect();
         modules.push(Module {
             path: PathBuf::from(path),
             exec,
@@ -184,6 +194,7 @@ pub fn modules_from_maps(maps: &[Mapping]) -> Vec<Module> {
             first_load_vaddr,
             build_id,
             rseq,
+            immutable,
         });
     }
     modules

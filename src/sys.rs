@@ -221,13 +221,15 @@ pub unsafe fn real_sigaction(
     check(unsafe { real_sigaction_fn()(sig, act, old) } as libc::c_long).map(drop)
 }
 
-/// Installs `handler` for `sig` with SA_SIGINFO | SA_RESTART | SA_ONSTACK and
-/// returns the previous action.
+/// Installs `handler` for `sig` with SA_SIGINFO | SA_RESTART and returns the
+/// previous action. Not SA_ONSTACK: an application's alternate stack may be
+/// smaller than the tracer's handler needs, and the handler only ever runs
+/// on a thread interrupted in its own code, on its own stack.
 pub fn install_handler(sig: i32, handler: SigactionFn) -> Result<libc::sigaction, Errno> {
     // SAFETY: sigaction structs are plain data; zero is a valid empty mask.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
     act.sa_sigaction = handler as usize;
-    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: act and old are valid; the handler is async-signal-safe.

@@ -20,6 +20,7 @@ use crate::decode;
 use crate::modules::{self, Module};
 use crate::output::{self, SessionReport};
 use crate::sys;
+use crate::trace::exec_map::MemoryLayout;
 use crate::trace::threads::{self, RegisterError, SamplingEvent};
 use crate::trace::{self, chain, handler, Tracer};
 
@@ -214,13 +215,19 @@ fn warm_up() {
     let _ = sys::gettid();
 }
 
-fn exec_ranges(mods: &[Module]) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
-    let exec = mods
-        .iter()
-        .flat_map(|m| m.exec.iter().map(|x| (x.start, x.end)))
-        .collect();
-    let rseq = mods.iter().flat_map(|m| m.rseq.iter().copied()).collect();
-    (exec, rseq)
+/// The handler's table of code, rseq sections and immutable memory.
+fn layout(mods: &[Module]) -> MemoryLayout {
+    MemoryLayout {
+        exec: mods
+            .iter()
+            .flat_map(|m| m.exec.iter().map(|x| (x.start, x.end)))
+            .collect(),
+        rseq: mods.iter().flat_map(|m| m.rseq.iter().copied()).collect(),
+        immutable: mods
+            .iter()
+            .flat_map(|m| m.immutable.iter().copied())
+            .collect(),
+    }
 }
 
 /// The worker: aggregates full buffers, and follows changes of the
@@ -245,8 +252,7 @@ fn worker(
             if let Ok(text) = std::fs::read_to_string("/proc/self/maps") {
                 if text != last_maps {
                     let mods = modules::modules_from_maps(&modules::parse_maps(&text));
-                    let (exec, rseq) = exec_ranges(&mods);
-                    tracer.exec.update(&exec, &rseq);
+                    tracer.exec.update(&layout(&mods));
                     seen.extend(mods);
                     last_maps = text;
                 }
@@ -274,8 +280,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     warm_up();
     let tracer = trace::tracer_or_init();
     let mods = modules::modules_from_maps(&modules::read_self_maps().map_err(StartError::Proc)?);
-    let (exec, rseq) = exec_ranges(&mods);
-    tracer.exec.update(&exec, &rseq);
+    tracer.exec.update(&layout(&mods));
     tracer.retired.reset();
     tracer.table_full.store(0, Ordering::Relaxed);
     tracer.threads_registered.store(0, Ordering::Relaxed);

@@ -3,21 +3,27 @@
 //! second proposed optimisation, §3.1, which it did not build).
 //!
 //! From a stop the handler knows every register. If the straight-line code
-//! up to the next transfer only computes on registers with instructions
-//! modelled here exactly (moves, add/sub/cmp, logic, shifts by constants,
-//! lea, cmov, pushes and plain stores), the registers and flags at that
-//! transfer are known, and a jcc or a jump through a register can be
-//! resolved at once. The model never reads memory: another thread could
-//! change it between now and the real execution, and a recorded branch that
-//! the program did not take is a bug. Anything outside the model (a load, a
-//! syscall, a flag the model leaves undefined, a partial-register write)
-//! makes the tracer fall back to a breakpoint.
+//! up to the next transfer is made of instructions modelled here exactly
+//! (moves, add/sub/cmp, logic, shifts, lea, cmov, push, pop, leave, plain
+//! stores), the registers and flags at that transfer are known, and a jcc, a
+//! return or an indirect jump can be resolved at once.
 //!
-//! Async-signal-safe: plain arithmetic on a copy of the registers.
+//! What the model reads, and why that is safe: registers; its own stores
+//! (kept in a small log); the thread's stack slots that `pop`, `leave` and
+//! `ret` read (saved registers and return addresses, which no other thread
+//! writes); and memory mapped without write permission (jump tables, the
+//! GOT after RELRO), which nothing can change. It never reads other memory:
+//! another thread could change it between now and the real execution, and
+//! a recorded branch the program did not take is a bug. Anything outside the
+//! model (another load, a syscall, a flag it leaves undefined, a partial
+//! register write, a store it cannot log) makes the tracer fall back to a
+//! breakpoint.
+//!
+//! Async-signal-safe: arithmetic on a copy of the registers, no allocation.
 
 use iced_x86::{Instruction, Mnemonic, OpKind, Register};
 
-use super::form::{Condition, Gpr, RegisterFile};
+use super::form::{Condition, Gpr, Memory, RegisterFile};
 
 const CF: u64 = 1 << 0;
 const PF: u64 = 1 << 2;
@@ -26,14 +32,75 @@ const SF: u64 = 1 << 7;
 const OF: u64 = 1 << 11;
 const STATUS: u64 = CF | PF | ZF | SF | OF;
 
+/// Stores the model made, so that a later load of the same slot (a `ret`
+/// after a `call`, a `pop` after a `push`) sees them.
+pub const STORE_LOG_ENTRIES: usize = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreLog {
+    len: usize,
+    /// (address, size, value), oldest first.
+    entries: [(u64, u8, u64); STORE_LOG_ENTRIES],
+}
+
+impl StoreLog {
+    const EMPTY: StoreLog = StoreLog {
+        len: 0,
+        entries: [(0, 0, 0); STORE_LOG_ENTRIES],
+    };
+
+    /// False when the log is full (the model then stops).
+    fn record(&mut self, addr: u64, size: u8, value: u64) -> bool {
+        if self.len == STORE_LOG_ENTRIES {
+            return false;
+        }
+        self.entries[self.len] = (addr, size, value & mask(size as u32 * 8));
+        self.len += 1;
+        true
+    }
+
+    /// The newest store to exactly [addr, addr + size): `Some(Some(v))`;
+    /// one overlapping it otherwise: `Some(None)`; none: `None`.
+    fn lookup(&self, addr: u64, size: u8) -> Option<Option<u64>> {
+        let end = addr.wrapping_add(size as u64);
+        self.entries[..self.len]
+            .iter()
+            .rev()
+            .find_map(|&(a, n, v)| {
+                let e = a.wrapping_add(n as u64);
+                if a == addr && n == size {
+                    Some(Some(v))
+                } else if a < end && addr < e {
+                    Some(None)
+                } else {
+                    None
+                }
+            })
+    }
+}
+
 /// Registers and the status flags, with the flags the model could not
-/// define (OF after a multi-bit shift) marked.
+/// define (OF after a multi-bit shift) marked, and the stores made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegState {
     pub gpr: [u64; 16],
     pub flags: u64,
     /// Flags whose value is not known (never read by an evaluation).
     pub undefined: u64,
+    pub log: StoreLog,
+}
+
+/// Memory that reads as zeroes everywhere and is all immutable: lets
+/// `step` check an instruction's shape at decode time.
+pub struct Zeroes;
+
+impl Memory for Zeroes {
+    fn read(&self, _addr: u64, _size: u8) -> u64 {
+        0
+    }
+    fn read_immutable(&self, _addr: u64, _size: u8) -> Option<u64> {
+        Some(0)
+    }
 }
 
 impl RegState {
@@ -42,6 +109,32 @@ impl RegState {
             gpr: std::array::from_fn(|i| regs.gpr(i as Gpr)),
             flags: regs.rflags(),
             undefined: 0,
+            log: StoreLog::EMPTY,
+        }
+    }
+
+    pub fn zeroed() -> RegState {
+        RegState {
+            gpr: [0; 16],
+            flags: 0,
+            undefined: 0,
+            log: StoreLog::EMPTY,
+        }
+    }
+
+    /// Pushes a 64-bit value (a call's return address, a push).
+    pub fn push(&mut self, value: u64) -> bool {
+        self.gpr[4] = self.gpr[4].wrapping_sub(8);
+        self.log.record(self.gpr[4], 8, value)
+    }
+
+    /// Reads a stack slot of this thread: from the log when the model
+    /// stored it, from memory when nothing in the log overlaps it, `None`
+    /// when a logged store overlaps it only in part.
+    pub fn load_stack(&self, addr: u64, size: u8, mem: &impl Memory) -> Option<u64> {
+        match self.log.lookup(addr, size) {
+            Some(hit) => hit,
+            None => Some(mem.read(addr, size)),
         }
     }
 
@@ -149,10 +242,18 @@ fn read(st: &RegState, (n, width): (usize, u32)) -> u64 {
     st.gpr[n] & mask(width)
 }
 
-/// The value of source operand `i`: a register or an immediate.
-fn source(insn: &Instruction, st: &RegState, i: u32) -> Option<u64> {
+/// The value of source operand `i`: a register, an immediate, or a load
+/// from immutable memory.
+fn source(insn: &Instruction, st: &RegState, i: u32, mem: &impl Memory) -> Option<u64> {
     match insn.op_kind(i) {
         OpKind::Register => gpr(insn.op_register(i)).map(|r| read(st, r)),
+        OpKind::Memory => {
+            let size = insn.memory_size().size();
+            if !matches!(size, 1 | 2 | 4 | 8) {
+                return None;
+            }
+            mem.read_immutable(address(insn, st)?, size as u8)
+        }
         OpKind::Immediate8
         | OpKind::Immediate16
         | OpKind::Immediate32
@@ -165,8 +266,12 @@ fn source(insn: &Instruction, st: &RegState, i: u32) -> Option<u64> {
     }
 }
 
-/// Effective address of a memory operand (lea), RIP-relative folded in.
+/// Effective address of a memory operand, RIP-relative folded in; `None`
+/// for fs/gs-relative ones (their bases are not in the ucontext).
 fn address(insn: &Instruction, st: &RegState) -> Option<u64> {
+    if matches!(insn.memory_segment(), Register::FS | Register::GS) {
+        return None;
+    }
     if insn.is_ip_rel_memory_operand() {
         return Some(insn.ip_rel_memory_address());
     }
@@ -210,11 +315,11 @@ fn condition_of(insn: &Instruction) -> Option<Condition> {
 
 /// Applies one non-transfer instruction to `st`. Returns false, leaving
 /// `st` unspecified, when the instruction is outside the model.
-pub fn step(insn: &Instruction, st: &mut RegState) -> bool {
-    step_inner(insn, st).is_some()
+pub fn step(insn: &Instruction, st: &mut RegState, mem: &impl Memory) -> bool {
+    step_inner(insn, st, mem).is_some()
 }
 
-fn step_inner(insn: &Instruction, st: &mut RegState) -> Option<()> {
+fn step_inner(insn: &Instruction, st: &mut RegState, mem: &impl Memory) -> Option<()> {
     let m = insn.mnemonic();
     // Instructions that change no register or flag.
     if matches!(
@@ -237,27 +342,54 @@ fn step_inner(insn: &Instruction, st: &mut RegState) -> Option<()> {
     match m {
         Mnemonic::Mov => {
             if insn.op0_kind() == OpKind::Memory {
-                // A plain store changes no register (and loads are never
-                // modelled, so its value is never needed).
-                return (insn.op1_kind() != OpKind::Memory).then_some(());
+                // A store: logged, so later loads of the slot see it.
+                let size = insn.memory_size().size();
+                let value = source(insn, st, 1, mem)?;
+                let addr = address(insn, st)?;
+                return (matches!(size, 1 | 2 | 4 | 8) && st.log.record(addr, size as u8, value))
+                    .then_some(());
             }
             let dst = op0_reg()?;
-            let v = source(insn, st, 1)?;
+            let v = source(insn, st, 1, mem)?;
             write(st, dst, v).then_some(())
         }
         Mnemonic::Movzx | Mnemonic::Movsx | Mnemonic::Movsxd => {
             let dst = op0_reg()?;
-            if insn.op1_kind() != OpKind::Register {
+            let width = match insn.op1_kind() {
+                OpKind::Register => gpr(insn.op1_register())?.1,
+                OpKind::Memory => insn.memory_size().size() as u32 * 8,
+                _ => return None,
+            };
+            if !matches!(width, 8 | 16 | 32) {
                 return None;
             }
-            let src = gpr(insn.op1_register())?;
-            let v = read(st, src);
-            let v = if m == Mnemonic::Movzx || v & sign(src.1) == 0 {
+            let v = source(insn, st, 1, mem)? & mask(width);
+            let v = if m == Mnemonic::Movzx || v & sign(width) == 0 {
                 v
             } else {
-                v | !mask(src.1)
+                v | !mask(width)
             };
             write(st, dst, v).then_some(())
+        }
+        Mnemonic::Pop => {
+            let dst = op0_reg()?;
+            if dst.1 != 64 || dst.0 == 4 {
+                return None;
+            }
+            let v = st.load_stack(st.gpr[4], 8, mem)?;
+            st.gpr[4] = st.gpr[4].wrapping_add(8);
+            write(st, dst, v).then_some(())
+        }
+        Mnemonic::Leave => {
+            if insn.code() != iced_x86::Code::Leaveq {
+                return None;
+            }
+            // mov rsp, rbp; pop rbp
+            let slot = st.gpr[5];
+            let v = st.load_stack(slot, 8, mem)?;
+            st.gpr[4] = slot.wrapping_add(8);
+            st.gpr[5] = v;
+            Some(())
         }
         Mnemonic::Lea => {
             let dst = op0_reg()?;
@@ -267,7 +399,7 @@ fn step_inner(insn: &Instruction, st: &mut RegState) -> Option<()> {
         Mnemonic::Add | Mnemonic::Sub | Mnemonic::Cmp => {
             let dst = op0_reg()?;
             let a = read(st, dst);
-            let b = source(insn, st, 1)? & mask(dst.1);
+            let b = source(insn, st, 1, mem)? & mask(dst.1);
             let w = dst.1;
             let (r, cf, of) = if m == Mnemonic::Add {
                 let r = a.wrapping_add(b) & mask(w);
@@ -288,7 +420,7 @@ fn step_inner(insn: &Instruction, st: &mut RegState) -> Option<()> {
         Mnemonic::And | Mnemonic::Or | Mnemonic::Xor | Mnemonic::Test => {
             let dst = op0_reg()?;
             let a = read(st, dst);
-            let b = source(insn, st, 1)? & mask(dst.1);
+            let b = source(insn, st, 1, mem)? & mask(dst.1);
             let r = match m {
                 Mnemonic::Or => a | b,
                 Mnemonic::Xor => a ^ b,
@@ -396,15 +528,11 @@ fn step_inner(insn: &Instruction, st: &mut RegState) -> Option<()> {
             write(st, dst, v).then_some(())
         }
         Mnemonic::Push => {
-            // The stored value is never needed (loads are not modelled).
-            if insn.op0_kind() == OpKind::Memory {
-                return None;
-            }
             if insn.stack_pointer_increment() != -8 {
                 return None;
             }
-            st.gpr[4] = st.gpr[4].wrapping_sub(8);
-            Some(())
+            let v = source(insn, st, 0, mem)?;
+            st.push(v).then_some(())
         }
         _ => None,
     }

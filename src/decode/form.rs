@@ -26,6 +26,14 @@ pub trait RegisterFile {
 pub trait Memory {
     /// Reads `size` (1, 2, 4 or 8) bytes little-endian at `addr`.
     fn read(&self, addr: u64, size: u8) -> u64;
+
+    /// Reads `size` bytes at `addr` if they lie in memory the program
+    /// cannot change (mapped without write permission: code, read-only
+    /// data, jump tables, a RELRO GOT); `None` otherwise. The data-flow
+    /// model reads nothing else but its own thread's stack slots.
+    fn read_immutable(&self, _addr: u64, _size: u8) -> Option<u64> {
+        None
+    }
 }
 
 pub const RCX: Gpr = 1;
@@ -179,28 +187,40 @@ const DIVERGING_SYSCALLS: [u64; 9] = [
     libc::SYS_vfork as u64,
 ];
 
-fn target_value(target: Target, regs: &impl RegisterFile, mem: &impl Memory) -> u64 {
-    match target {
-        Target::Const(addr) => addr,
-        Target::Reg(reg) => regs.gpr(reg),
-        Target::Load {
+impl Target {
+    /// The address a `Load` target reads, for `regs`.
+    pub fn load_address(&self, regs: &impl RegisterFile) -> Option<(u64, u8)> {
+        let Target::Load {
             base,
             index,
             scale,
             disp,
             size,
             addr32,
-        } => {
-            let mut addr = disp;
-            if let Some(b) = base {
-                addr = addr.wrapping_add(regs.gpr(b));
-            }
-            if let Some(i) = index {
-                addr = addr.wrapping_add(regs.gpr(i).wrapping_mul(scale as u64));
-            }
-            if addr32 {
-                addr &= 0xffff_ffff;
-            }
+        } = *self
+        else {
+            return None;
+        };
+        let mut addr = disp;
+        if let Some(b) = base {
+            addr = addr.wrapping_add(regs.gpr(b));
+        }
+        if let Some(i) = index {
+            addr = addr.wrapping_add(regs.gpr(i).wrapping_mul(scale as u64));
+        }
+        if addr32 {
+            addr &= 0xffff_ffff;
+        }
+        Some((addr, size))
+    }
+}
+
+fn target_value(target: Target, regs: &impl RegisterFile, mem: &impl Memory) -> u64 {
+    match target {
+        Target::Const(addr) => addr,
+        Target::Reg(reg) => regs.gpr(reg),
+        Target::Load { .. } => {
+            let (addr, size) = target.load_address(regs).unwrap_or_default();
             mem.read(addr, size)
         }
     }

@@ -50,8 +50,12 @@ pub enum DecodeFailure {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SegmentEnd {
     /// A direct jmp or call at `from` going to `to`: a taken branch known
-    /// without the CPU state.
-    Direct { from: u64, to: u64, call: bool },
+    /// without the CPU state. A call pushes `ret_addr`.
+    Direct {
+        from: u64,
+        to: u64,
+        ret_addr: Option<u64>,
+    },
     /// A transfer the breakpoint handler must resolve.
     Dynamic(BranchForm),
     /// The walk failed at `at`.
@@ -81,11 +85,7 @@ pub fn decode_segment(code: &impl CodeSource, start: u64, insn: &mut Instruction
     let mut sp_delta = Some(0i32);
     let mut count = 0u32;
     let mut pure = true;
-    let mut scratch = dataflow::RegState {
-        gpr: [0; 16],
-        flags: 0,
-        undefined: 0,
-    };
+    let mut scratch = dataflow::RegState::zeroed();
     let fail = |at, why, sp_delta, count| Segment {
         start,
         end: SegmentEnd::Fail { at, why },
@@ -118,7 +118,7 @@ pub fn decode_segment(code: &impl CodeSource, start: u64, insn: &mut Instruction
                 };
             }
             sp_delta = sp_delta.and_then(|d| sp_effect(insn).map(|e| d + e));
-            pure = pure && dataflow::step(insn, &mut scratch);
+            pure = pure && dataflow::step(insn, &mut scratch, &dataflow::Zeroes);
             pc = insn.next_ip();
             if count >= MAX_SEGMENT_INSTRUCTIONS {
                 return fail(pc, DecodeFailure::LookaheadLimit, sp_delta, count);
@@ -180,6 +180,7 @@ pub fn replay(
     seg: &Segment,
     insn: &mut Instruction,
     st: &mut dataflow::RegState,
+    mem: &impl Memory,
 ) -> bool {
     let mut pc = seg.start;
     let mut left = seg.instructions.saturating_sub(1);
@@ -192,7 +193,7 @@ pub fn replay(
         };
         while left > 0 && decoder.can_decode() {
             decoder.decode_out(insn);
-            if insn.is_invalid() || !dataflow::step(insn, st) {
+            if insn.is_invalid() || !dataflow::step(insn, st, mem) {
                 return false;
             }
             pc = insn.next_ip();
@@ -297,7 +298,7 @@ fn classify(insn: &Instruction) -> Option<SegmentEnd> {
         FlowControl::UnconditionalBranch if near => Some(SegmentEnd::Direct {
             from: at,
             to: insn.near_branch_target(),
-            call: false,
+            ret_addr: None,
         }),
         FlowControl::Call if insn.code() == Code::Syscall => {
             dynamic(BranchKind::Syscall, Target::Const(fall_through))
@@ -305,7 +306,7 @@ fn classify(insn: &Instruction) -> Option<SegmentEnd> {
         FlowControl::Call if near => Some(SegmentEnd::Direct {
             from: at,
             to: insn.near_branch_target(),
-            call: true,
+            ret_addr: Some(fall_through),
         }),
         FlowControl::ConditionalBranch if near => {
             let target = Target::Const(insn.near_branch_target());

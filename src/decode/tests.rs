@@ -31,7 +31,7 @@ fn direct_jmp_and_call_resolve_statically() {
         SegmentEnd::Direct {
             from: 0x1004,
             to: 0x1019,
-            call: true
+            ret_addr: Some(0x1009)
         }
     );
     assert_eq!(s.sp_delta, Some(-8));
@@ -43,7 +43,7 @@ fn direct_jmp_and_call_resolve_statically() {
         SegmentEnd::Direct {
             from: 0x1000,
             to: 0x1000,
-            call: false
+            ret_addr: None
         }
     );
 }

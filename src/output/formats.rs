@@ -268,6 +268,7 @@ mod tests {
             first_load_vaddr: 0,
             build_id: None,
             rseq: vec![],
+            immutable: vec![],
         }
     }
 

@@ -147,7 +147,8 @@ pub fn write_session(
         .num("dataflow_resolved", c.dataflow_resolved)
         .num("dataflow_taken", c.dataflow_taken)
         .num("dataflow_verified", c.dataflow_verified)
-        .num("dataflow_mismatches", c.dataflow_mismatches);
+        .num("dataflow_mismatches", c.dataflow_mismatches)
+        .num("dataflow_rewinds", c.dataflow_rewinds);
     j.begin_object(Some("handler_ns"))
         .num("sampling", c.sampling_ns)
         .num("breakpoint", c.breakpoint_ns)

@@ -80,6 +80,7 @@ counters!(
     dataflow_taken,
     dataflow_verified,
     dataflow_mismatches,
+    dataflow_rewinds,
 );
 
 impl Counters {
@@ -92,6 +93,12 @@ impl Counters {
     #[inline]
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Takes back counts (a rewound data-flow chain). Async-signal-safe.
+    #[inline]
+    pub fn sub(counter: &AtomicU64, n: u64) {
+        counter.fetch_sub(n, Ordering::Relaxed);
     }
 
     #[inline]

@@ -20,10 +20,10 @@ use crate::decode::{
 use crate::sys;
 
 use super::counters::Counters;
-use super::exec_map::LiveCode;
+use super::exec_map::{ExecMap, LiveCode};
 use super::{
-    chain, DataflowMode, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG,
-    SAMPLE_TAG,
+    chain, ChainStep, DataflowMode, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer,
+    BREAKPOINT_TAG, SAMPLE_TAG,
 };
 
 /// The interrupted thread's registers, as the kernel saved them.
@@ -62,12 +62,20 @@ impl RegisterFile for Ucontext<'_> {
     }
 }
 
-/// The process's own memory. The addresses read are the ones the trapped
-/// instruction itself is about to read (its return address, its jump-table
-/// slot), so they are mapped whenever the application is correct.
-struct OwnMemory;
+/// In verify mode, one prediction in this many is checked by a stop.
+const VERIFY_EVERY: u32 = 5;
 
-impl Memory for OwnMemory {
+/// Transfers the data-flow model may resolve between two stops.
+pub const MAX_CHAIN: usize = 64;
+
+/// The process's own memory. `read` serves the breakpoint handler, whose
+/// addresses are the ones the trapped instruction itself is about to read
+/// (its return address, its jump-table slot), and the data-flow model's
+/// stack slots; both are mapped whenever the application is correct.
+/// `read_immutable` checks the table of immutable mappings first.
+struct OwnMemory<'a>(&'a ExecMap);
+
+impl Memory for OwnMemory<'_> {
     fn read(&self, addr: u64, size: u8) -> u64 {
         // SAFETY: see the type's doc.
         unsafe {
@@ -79,29 +87,50 @@ impl Memory for OwnMemory {
             }
         }
     }
-}
 
-/// For data-flow evaluation, which never reads memory: `resolvable` admits
-/// only forms whose evaluation reads registers and flags.
-struct NoMemory;
-
-impl Memory for NoMemory {
-    fn read(&self, _addr: u64, _size: u8) -> u64 {
-        0
+    fn read_immutable(&self, addr: u64, size: u8) -> Option<u64> {
+        self.0
+            .is_immutable(addr, size as u64)
+            .then(|| self.read(addr, size))
     }
 }
 
-/// Whether the data-flow registers decide `form` without memory.
-fn resolvable(form: &BranchForm, st: &RegState) -> bool {
+/// What the data-flow registers say `form` does, when they decide it: the
+/// flags of a jcc must be defined, a return reads its stack slot (logged
+/// store or memory), a jump or call through memory must read immutable
+/// memory. A loop's rcx write and a syscall are not followed.
+fn resolve(form: &BranchForm, st: &RegState, mem: &OwnMemory) -> Option<Outcome> {
+    let sp = st.gpr[RSP as usize];
+    let taken_to = |next, sp| {
+        Some(Outcome::Continue {
+            taken: true,
+            next,
+            sp,
+        })
+    };
     match form.kind {
-        BranchKind::Jcc(c) => st.can_test(c),
-        BranchKind::Jrcxz { .. } => true,
+        BranchKind::Jcc(c) if st.can_test(c) => Some(form.evaluate(st, mem)),
+        BranchKind::Jrcxz { .. } => Some(form.evaluate(st, mem)),
         BranchKind::Jmp | BranchKind::Call => {
-            matches!(form.target, Target::Const(_) | Target::Reg(_))
+            let next = match form.target {
+                Target::Const(a) => a,
+                Target::Reg(r) => st.gpr(r),
+                Target::Load { .. } => {
+                    let (addr, size) = form.target.load_address(st)?;
+                    mem.read_immutable(addr, size)?
+                }
+            };
+            let after = if form.kind == BranchKind::Call {
+                sp.wrapping_sub(8)
+            } else {
+                sp
+            };
+            taken_to(next, after)
         }
-        // loop writes rcx in a way the model does not follow; ret and
-        // loads read memory; a syscall clobbers registers.
-        BranchKind::Loop { .. } | BranchKind::Ret { .. } | BranchKind::Syscall => false,
+        BranchKind::Ret { pop } => {
+            taken_to(st.load_stack(sp, 8, mem)?, sp.wrapping_add(8 + pop as u64))
+        }
+        _ => None,
     }
 }
 
@@ -186,12 +215,17 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
     if regs.rip() != form.at {
         end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::PcMismatch));
     } else if !expected_sp.admits(regs.rsp()) {
+        if predicted.is_some() {
+            // The model placed this stop: a wrong stack is its error.
+            Counters::bump(&c.dataflow_verified);
+            Counters::bump(&c.dataflow_mismatches);
+        }
         end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::SpMismatch));
     } else {
         if matches!(expected_sp, StackPointer::Near(_)) {
             Counters::bump(&c.sp_windowed);
         }
-        match form.evaluate(&regs, &OwnMemory) {
+        match form.evaluate(&regs, &OwnMemory(&tracer.exec)) {
             Outcome::Stop => end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Syscall)),
             Outcome::Continue { taken, next, sp } => {
                 let is_branch = !matches!(form.kind, BranchKind::Syscall);
@@ -216,6 +250,13 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
                 // followed.
                 let state = match form.kind {
                     BranchKind::Loop { .. } | BranchKind::Syscall => None,
+                    // The call has not pushed its return address yet (the
+                    // handler runs before the instruction): log the push,
+                    // or the callee's ret would read the stale slot.
+                    BranchKind::Call => {
+                        let mut st = RegState::from_registers(&regs);
+                        st.push(form.fall_through).then_some(st)
+                    }
                     _ => {
                         let mut st = RegState::from_registers(&regs);
                         st.gpr[RSP as usize] = sp;
@@ -265,11 +306,13 @@ fn follow(
 ) {
     let c = &slot.counters;
     let code = LiveCode(&tracer.exec);
+    let mem = OwnMemory(&tracer.exec);
     let generation = tracer.exec.generation();
     let mode = tracer.dataflow_mode();
     if mode == DataflowMode::Off {
         regs = None;
     }
+    t.chain.clear();
     loop {
         let Some(cache) = t.cache.as_mut() else {
             end_trace(
@@ -284,7 +327,7 @@ fn follow(
         let d0 = sys::now_ns();
         let seg = cache.lookup(&code, pc, generation, &mut t.insn, &mut decoded);
         if let Some(st) = regs.as_mut() {
-            if !(seg.pure && decode::replay(&code, &seg, &mut t.insn, st)) {
+            if !(seg.pure && decode::replay(&code, &seg, &mut t.insn, st, &mem)) {
                 regs = None;
             }
         }
@@ -299,18 +342,21 @@ fn follow(
             None => sp.after(seg.sp_delta),
         };
         match seg.end {
-            SegmentEnd::Direct { from, to, call } => {
+            SegmentEnd::Direct { from, to, ret_addr } => {
                 Counters::bump(&c.statically_resolved);
                 if record(tracer, slot, t, from, to) {
                     return;
                 }
-                sp = if call {
+                sp = if ret_addr.is_some() {
                     sp_at_end.after_call()
                 } else {
                     sp_at_end
                 };
-                if let (Some(st), StackPointer::Exact(v)) = (regs.as_mut(), sp) {
-                    st.gpr[RSP as usize] = v;
+                if let (Some(st), Some(ret)) = (regs.as_mut(), ret_addr) {
+                    // The pushed return address, for the ret that reads it.
+                    if !st.push(ret) {
+                        regs = None;
+                    }
                 }
                 pc = to;
             }
@@ -319,18 +365,49 @@ fn follow(
                     end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Rseq));
                     return;
                 }
+                // The thread has not yet run the part of the chain the
+                // model resolved: a breakpoint on an address the chain
+                // passed would fire there first. A revisit therefore ends
+                // the chain at the first visit, and the breakpoint goes
+                // there.
+                if let Some(i) = t.chain.iter().position(|step| step.at == form.at) {
+                    rewind_chain(slot, t, i);
+                    let step = t.chain[i];
+                    let predicted = (mode == DataflowMode::Verify).then_some(step.next);
+                    arm_or_end(
+                        tracer,
+                        slot,
+                        t,
+                        step.form,
+                        StackPointer::Exact(step.sp),
+                        predicted,
+                    );
+                    return;
+                }
                 let mut predicted = None;
-                if let Some(st) = regs.as_mut().filter(|st| resolvable(&form, st)) {
-                    if let Outcome::Continue {
+                if let Some(st) = regs.as_mut().filter(|_| t.chain.len() < MAX_CHAIN) {
+                    if let Some(Outcome::Continue {
                         taken,
                         next,
                         sp: after,
-                    } = form.evaluate(&*st, &NoMemory)
+                    }) = resolve(&form, st, &mem)
                     {
-                        if mode == DataflowMode::Verify {
-                            // Check the prediction with the breakpoint.
+                        // Verify mode checks every few predictions with a
+                        // breakpoint and resolves the ones between as `on`
+                        // does, so long chains are checked too.
+                        t.verify_turn = (t.verify_turn + 1) % VERIFY_EVERY;
+                        if mode == DataflowMode::Verify && t.verify_turn == 0 {
                             predicted = Some(next);
                         } else {
+                            let entries_before = t.buffer.as_ref().map_or(0, |b| b.open_len());
+                            t.chain.push(ChainStep {
+                                at: form.at,
+                                form,
+                                sp: st.gpr[RSP as usize],
+                                next,
+                                taken,
+                                entries_before,
+                            });
                             Counters::bump(&c.dataflow_resolved);
                             if taken {
                                 Counters::bump(&c.dataflow_taken);
@@ -338,27 +415,19 @@ fn follow(
                                     return;
                                 }
                             }
+                            let pushed =
+                                form.kind != BranchKind::Call || st.push(form.fall_through);
                             st.gpr[RSP as usize] = after;
+                            if !pushed {
+                                regs = None;
+                            }
                             sp = StackPointer::Exact(after);
                             pc = next;
                             continue;
                         }
                     }
                 }
-                if !arm_breakpoint(t, form.at) {
-                    end_trace(
-                        tracer,
-                        slot,
-                        t,
-                        TraceEnd::Aborted(AbortReason::BreakpointFailed),
-                    );
-                    return;
-                }
-                t.pending = Some(Pending {
-                    form,
-                    expected_sp: sp_at_end,
-                    predicted,
-                });
+                arm_or_end(tracer, slot, t, form, sp_at_end, predicted);
                 return;
             }
             SegmentEnd::Fail { why, .. } => {
@@ -372,6 +441,52 @@ fn follow(
             }
         }
     }
+}
+
+/// Sets the breakpoint for `form` and leaves it pending, or ends the trace
+/// when the breakpoint cannot be set.
+fn arm_or_end(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    form: BranchForm,
+    expected_sp: StackPointer,
+    predicted: Option<u64>,
+) {
+    if arm_breakpoint(t, form.at) {
+        t.pending = Some(Pending {
+            form,
+            expected_sp,
+            predicted,
+        });
+    } else {
+        end_trace(
+            tracer,
+            slot,
+            t,
+            TraceEnd::Aborted(AbortReason::BreakpointFailed),
+        );
+    }
+}
+
+/// Undoes the chain from step `i` on: its entries leave the open trace and
+/// its counts leave the counters, so they reconcile.
+fn rewind_chain(slot: &ThreadSlot, t: &mut ThreadTrace, i: usize) {
+    let c = &slot.counters;
+    let step = t.chain[i];
+    let dropped = &t.chain[i..];
+    let taken = dropped.iter().filter(|s| s.taken).count() as u64;
+    let resolved = dropped.len() as u64;
+    let removed = t
+        .buffer
+        .as_mut()
+        .map_or(0, |b| b.truncate_open(step.entries_before)) as u64;
+    Counters::sub(&c.entries_recorded, removed);
+    Counters::sub(&c.dataflow_resolved, resolved);
+    Counters::sub(&c.dataflow_taken, taken);
+    Counters::sub(&c.statically_resolved, removed.saturating_sub(taken));
+    Counters::bump(&c.dataflow_rewinds);
+    t.chain.truncate(i + 1);
 }
 
 /// Moves the thread's breakpoint to `addr` and enables it (one ioctl).

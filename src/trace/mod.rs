@@ -135,6 +135,25 @@ pub struct ThreadTrace {
     pub pending: Option<Pending>,
     pub cache: Option<Box<BlockCache>>,
     pub insn: Instruction,
+    /// Verify mode's position in its cycle of predictions.
+    pub verify_turn: u32,
+    /// Transfers the data-flow model resolved since the last stop, which
+    /// the thread has yet to run (capacity `handler::MAX_CHAIN`, reserved
+    /// at registration: pushing never allocates).
+    pub chain: Vec<ChainStep>,
+}
+
+/// One transfer the data-flow model resolved.
+#[derive(Clone, Copy, Debug)]
+pub struct ChainStep {
+    pub at: u64,
+    pub form: BranchForm,
+    /// rsp at the transfer.
+    pub sp: u64,
+    pub next: u64,
+    pub taken: bool,
+    /// Entries in the open trace before this step.
+    pub entries_before: usize,
 }
 
 impl ThreadTrace {
@@ -148,6 +167,8 @@ impl ThreadTrace {
             pending: None,
             cache: None,
             insn: Instruction::default(),
+            verify_turn: 0,
+            chain: Vec::new(),
         }
     }
 }

@@ -114,6 +114,7 @@ pub fn register(tracer: &Tracer, tid: i32, event: &SamplingEvent) -> Result<(), 
     if t.cache.is_none() {
         t.cache = Some(Box::new(BlockCache::new()));
     }
+    t.chain.reserve_exact(super::handler::MAX_CHAIN);
     tracer.pool.grow_for_thread();
     if t.buffer.is_none() {
         t.buffer = tracer.pool.free.pop();

@@ -5,6 +5,28 @@
 use super::*;
 use iced_x86::{Decoder, DecoderOptions};
 
+/// Memory with nothing immutable in it, and a stack whose every slot holds
+/// 0x5a5a…: what the model may read is exactly what the tests expect.
+struct Stack;
+
+impl Memory for Stack {
+    fn read(&self, _addr: u64, _size: u8) -> u64 {
+        0x5a5a_5a5a_5a5a_5a5a
+    }
+}
+
+/// Memory that is all immutable and holds `addr ^ 0x1111` at each address.
+struct Rodata;
+
+impl Memory for Rodata {
+    fn read(&self, _addr: u64, _size: u8) -> u64 {
+        panic!("the model read mutable memory")
+    }
+    fn read_immutable(&self, addr: u64, size: u8) -> Option<u64> {
+        Some((addr ^ 0x1111) & mask(size as u32 * 8))
+    }
+}
+
 /// Registers as the native stub loads and stores them: rax, rcx, rdx, rbx,
 /// rsp (unused), rbp, rsi, rdi, r8 … r15, then rflags.
 #[repr(C)]
@@ -246,14 +268,15 @@ fn model_matches_the_cpu() {
                 native.gpr[1]
             }; // shift counts
             native.flags = (rng.next() & STATUS) | 0x202;
-            let mut model = RegState {
-                gpr: native.gpr,
-                flags: native.flags,
-                undefined: 0,
-            };
+            let mut model = RegState::zeroed();
+            model.gpr = native.gpr;
+            model.flags = native.flags;
             let before = native;
             page.run(bytes, &mut native);
-            assert!(step(&insn, &mut model), "{name}: the model refused it");
+            assert!(
+                step(&insn, &mut model, &Stack),
+                "{name}: the model refused it"
+            );
             for i in (0..16).filter(|&i| i != 4) {
                 assert_eq!(
                     model.gpr[i], native.gpr[i],
@@ -276,7 +299,15 @@ fn outside_the_model_is_refused() {
         ("mov rax, [rcx]", &[0x48, 0x8b, 0x01]),
         ("add rax, [rsp + 8]", &[0x48, 0x03, 0x44, 0x24, 0x08]),
         ("cmp dword ptr [rdi], 0", &[0x83, 0x3f, 0x00]),
-        ("pop rbx", &[0x5b]),
+        ("pop rsp", &[0x5c]),
+        ("mov rax, [rcx] (mutable)", &[0x48, 0x8b, 0x01]),
+        (
+            "mov eax, fs:[0x28]",
+            &[0x64, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0],
+        ),
+        ("add dword ptr [rsp], 1", &[0x83, 0x04, 0x24, 0x01]),
+        ("cmovne rax, [rcx]", &[0x48, 0x0f, 0x45, 0x01]),
+        ("movups [rsp], xmm0", &[0x0f, 0x11, 0x04, 0x24]),
         ("imul rax, rcx", &[0x48, 0x0f, 0xaf, 0xc1]),
         ("sete al", &[0x0f, 0x94, 0xc0]),
         ("mov al, cl", &[0x88, 0xc8]),
@@ -289,13 +320,9 @@ fn outside_the_model_is_refused() {
         ("bt rax, 3", &[0x48, 0x0f, 0xba, 0xe0, 0x03]),
     ];
     for (name, bytes) in refused {
-        let mut st = RegState {
-            gpr: [0; 16],
-            flags: 0,
-            undefined: 0,
-        };
+        let mut st = RegState::zeroed();
         assert!(
-            !step(&decode(bytes), &mut st),
+            !step(&decode(bytes), &mut st, &Stack),
             "{name} must be outside the model"
         );
     }
@@ -303,31 +330,84 @@ fn outside_the_model_is_refused() {
 
 #[test]
 fn undefined_flags_block_conditions_that_read_them() {
-    let mut st = RegState {
-        gpr: [0; 16],
-        flags: 0,
-        undefined: 0,
-    };
+    let mut st = RegState::zeroed();
     st.gpr[0] = 0x40;
-    assert!(step(&decode(&[0x48, 0xc1, 0xe0, 0x03]), &mut st)); // shl rax, 3
+    assert!(step(&decode(&[0x48, 0xc1, 0xe0, 0x03]), &mut st, &Stack)); // shl rax, 3
     assert!(!st.can_test(Condition::O));
     assert!(!st.can_test(Condition::L));
     assert!(st.can_test(Condition::E));
     assert!(st.can_test(Condition::B));
-    assert!(step(&decode(&[0x48, 0x85, 0xc0]), &mut st)); // test rax, rax
+    assert!(step(&decode(&[0x48, 0x85, 0xc0]), &mut st, &Stack)); // test rax, rax
     assert!(st.can_test(Condition::L));
 }
 
 #[test]
+fn stores_are_logged_and_stack_loads_see_them() {
+    let mut st = RegState::zeroed();
+    st.gpr = [7; 16];
+    st.gpr[4] = 0x7000; // rsp
+    st.gpr[0] = 0xaaaa; // rax
+    st.gpr[5] = 0x7100; // rbp
+                        // mov [rsp+8], rax: no register changes, the slot is logged.
+    assert!(step(
+        &decode(&[0x48, 0x89, 0x44, 0x24, 0x08]),
+        &mut st,
+        &Stack
+    ));
+    assert_eq!(st.load_stack(0x7008, 8, &Stack), Some(0xaaaa));
+    // push rbx; pop rcx: rcx gets rbx, rsp is back.
+    assert!(step(&decode(&[0x53]), &mut st, &Stack));
+    assert_eq!(st.gpr[4], 0x7000 - 8);
+    assert!(step(&decode(&[0x59]), &mut st, &Stack));
+    assert_eq!((st.gpr[1], st.gpr[4]), (7, 0x7000));
+    // pop rdx from a slot the model never wrote: memory.
+    assert!(step(&decode(&[0x5a]), &mut st, &Stack));
+    assert_eq!(st.gpr[2], 0x5a5a_5a5a_5a5a_5a5a);
+    // A partial overlap is refused: mov dword [rsp+12], eax stores at
+    // 0x7014; an 8-byte load at 0x7010 cannot be answered, one at 0x7018 can.
+    assert_eq!(st.gpr[4], 0x7008);
+    assert!(step(&decode(&[0x89, 0x44, 0x24, 0x0c]), &mut st, &Stack));
+    assert_eq!(st.load_stack(0x7010, 8, &Stack), None);
+    assert_eq!(
+        st.load_stack(0x7018, 8, &Stack),
+        Some(0x5a5a_5a5a_5a5a_5a5a)
+    );
+    assert_eq!(st.load_stack(0x7014, 4, &Stack), Some(0xaaaa));
+    // leave: rsp = rbp + 8, rbp = [rbp].
+    assert!(step(&decode(&[0xc9]), &mut st, &Stack));
+    assert_eq!((st.gpr[4], st.gpr[5]), (0x7108, 0x5a5a_5a5a_5a5a_5a5a));
+}
+
+#[test]
+fn loads_read_only_immutable_memory() {
+    let mut st = RegState::zeroed();
+    st.gpr[1] = 0x4000; // rcx
+    st.gpr[2] = 3; // rdx
+                   // movsxd rax, dword [rcx + rdx*4]: a relative jump table.
+    assert!(step(&decode(&[0x48, 0x63, 0x04, 0x91]), &mut st, &Rodata));
+    assert_eq!(st.gpr[0], (0x400c ^ 0x1111) as u32 as i32 as i64 as u64);
+    // cmp eax, [rip + 0x10]
+    assert!(step(
+        &decode(&[0x3b, 0x05, 0x10, 0, 0, 0]),
+        &mut st,
+        &Rodata
+    ));
+    // The same load from mutable memory is refused.
+    assert!(!step(&decode(&[0x48, 0x63, 0x04, 0x91]), &mut st, &Stack));
+}
+
+#[test]
 fn stores_and_pushes_change_only_rsp() {
-    let mut st = RegState {
-        gpr: [7; 16],
-        flags: 0x46,
-        undefined: 0,
-    };
-    let before = st;
-    assert!(step(&decode(&[0x48, 0x89, 0x44, 0x24, 0x08]), &mut st)); // mov [rsp+8], rax
-    assert_eq!(st, before);
-    assert!(step(&decode(&[0x53]), &mut st)); // push rbx
+    let mut st = RegState::zeroed();
+    st.gpr = [7; 16];
+    st.flags = 0x46;
+    let (gpr, flags) = (st.gpr, st.flags);
+    assert!(step(
+        &decode(&[0x48, 0x89, 0x44, 0x24, 0x08]),
+        &mut st,
+        &Stack
+    )); // mov [rsp+8], rax
+    assert_eq!((st.gpr, st.flags), (gpr, flags));
+    assert!(step(&decode(&[0x53]), &mut st, &Stack)); // push rbx
     assert_eq!(st.gpr[4], 7u64.wrapping_sub(8));
 }
