@@ -307,7 +307,7 @@ const METHOD: &str = "\
 Method. Each workload is compiled with `musl-gcc -S -O2`, instrumented at every conditional branch \
 by `brr-instrument` (variants none, full, counter, brr; see brr/src/instrument), assembled and \
 linked static with the edge runtime. Overhead: every variant runs under the emulator's timing model \
-(brr/timing.conf: 4-wide fetch ending at predicted-taken branches, tournament predictor, BTB, RAS, \
+(brr/timing.conf: 3 instructions fetched per cycle, fetch ending at predicted-taken branches, 4-wide retire, tournament predictor, BTB, RAS, \
 11-cycle misprediction penalty, brr and direct jumps resolved in decode, dataflow back end with an \
 80-entry ROB and store forwarding, 32 KB L1s, 1 MB L2); cost per site = (cycles of the variant − \
 cycles of the uninstrumented build) / conditional-branch executions. Accuracy: the exact edge profile \

@@ -41,7 +41,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
-            fetch_width: 4,
+            fetch_width: 3,
             retire_width: 4,
             rob_size: 80,
             mispredict_penalty: 11,

@@ -1,8 +1,8 @@
 //! A cycle model fed by the emulator's retired-instruction stream.
 //!
 //! First-order model of the paper's out-of-order core (Lee and Zilles §5):
-//! - front end: fetch blocks of `fetch_width` instructions that end at a
-//!   predicted-taken branch; L1 I-cache misses stall fetch;
+//! - front end: fetch blocks of `fetch_width` instructions (3) that end at
+//!   a predicted-taken branch; L1 I-cache misses stall fetch;
 //! - branches: tournament predictor for jcc, BTB for targets, RAS for
 //!   returns. A wrong direction or target costs `mispredict_penalty` cycles
 //!   after the branch executes. Direct jumps/calls and brr are resolved in

@@ -35,7 +35,8 @@ fn independent_alu_ops_run_at_the_fetch_width() {
     let cpi = m.report().cpi();
     // Each op depends on itself four instructions back: one per register
     // per cycle, four registers, so the fetch width bounds it.
-    assert!((0.24..0.27).contains(&cpi), "CPI {cpi}");
+    let bound = 1.0 / f64::from(Config::default().fetch_width);
+    assert!((bound - 0.01..bound + 0.02).contains(&cpi), "CPI {cpi}");
 }
 
 fn branch(model: &mut Model, ip: u64, taken: bool, kind: BranchKind) {
@@ -112,13 +113,20 @@ fn brr_is_cheap_when_not_taken_and_never_trains_the_predictor() {
     };
     let rare = with_brr(1 << 20);
     let per_site = (rare.cycles - base) as f64 / 10_000.0;
-    assert!(per_site <= 0.3, "{per_site} cycles per not-taken brr");
+    // About one fetch slot (block alignment shifts by one instruction).
+    let slot = 1.0 / f64::from(cfg.fetch_width);
+    assert!(
+        per_site <= slot * 1.1,
+        "{per_site} cycles per not-taken brr"
+    );
     assert_eq!(rare.mispredictions(), 0);
     let half = with_brr(2);
     let per_taken = (half.cycles - rare.cycles) as f64 / 5_000.0;
+    // The redirect bubble replaces the cycle the fetch block would have
+    // taken anyway, so a taken brr adds a little less than the penalty.
     let expect = f64::from(cfg.decode_redirect_penalty);
     assert!(
-        (expect - 1.0..=expect + 0.5).contains(&per_taken),
+        (expect - 1.5..=expect + 0.5).contains(&per_taken),
         "{per_taken} cycles per taken brr"
     );
     assert_eq!(
