@@ -256,20 +256,24 @@ pub fn siginfo_perf_data(info: &libc::siginfo_t) -> u64 {
     }
 }
 
-/// Pending-signal sets of thread `tid` (thread-private and process-wide) from
-/// /proc. Not for handlers.
-pub fn pending_signals(tid: i32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
-    let mut mask = 0;
-    for line in text.lines() {
-        if let Some(hex) = line
-            .strip_prefix("SigPnd:")
-            .or_else(|| line.strip_prefix("ShdPnd:"))
-        {
-            mask |= u64::from_str_radix(hex.trim(), 16).ok()?;
-        }
+/// Runs `f` (which spawns a thread) with every signal blocked in the
+/// calling thread, so that the new thread starts with all signals blocked
+/// and never takes a signal meant for the application's threads.
+pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sigset_t is plain data; sigfillset initialises it.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid sigset pointers; pthread_sigmask only changes this
+    // thread's mask, and the old mask is put back below.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
     }
-    Some(mask)
+    let r = f();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    r
 }
 
 /// The thread ids of this process.

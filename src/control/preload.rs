@@ -52,14 +52,16 @@ fn start_control_thread() {
             // The thread marks itself as the library's before `start` can
             // enumerate threads: wait for that, so it is never traced.
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-            let spawned = std::thread::Builder::new()
-                .name("breakdance-ctl".into())
-                .stack_size(256 * 1024)
-                .spawn(move || {
-                    session::mark_own_thread();
-                    let _ = ready_tx.send(());
-                    socket::serve(listener)
-                });
+            let spawned = sys::with_signals_blocked(|| {
+                std::thread::Builder::new()
+                    .name("breakdance-ctl".into())
+                    .stack_size(256 * 1024)
+                    .spawn(move || {
+                        session::mark_own_thread();
+                        let _ = ready_tx.send(());
+                        socket::serve(listener)
+                    })
+            });
             match spawned {
                 Ok(_) => {
                     let _ = ready_rx.recv();

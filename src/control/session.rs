@@ -297,10 +297,12 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     let worker = {
         let stop = stop_worker.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let handle = std::thread::Builder::new()
-            .name("breakdance-worker".into())
-            .spawn(move || worker(tracer, stop, ready_tx))
-            .map_err(StartError::Proc)?;
+        let handle = sys::with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name("breakdance-worker".into())
+                .spawn(move || worker(tracer, stop, ready_tx))
+        })
+        .map_err(StartError::Proc)?;
         // Marked as the library's before threads are enumerated.
         let _ = ready_rx.recv();
         handle
@@ -389,22 +391,6 @@ fn command_line() -> String {
         .unwrap_or_default()
 }
 
-/// Waits (briefly) until no traced thread has a SIGTRAP pending, so that
-/// giving SIGTRAP back to the application cannot hand it one of ours.
-fn pending_traps_cleared(tids: &[i32]) -> bool {
-    let bit = 1u64 << (libc::SIGTRAP - 1);
-    for _ in 0..100 {
-        if tids
-            .iter()
-            .all(|&t| sys::pending_signals(t).is_none_or(|m| m & bit == 0))
-        {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    false
-}
-
 /// Stops the session and writes its outputs. Returns summary.json's text.
 pub fn stop() -> Result<String, StopError> {
     let mut guard = CONTROL.lock();
@@ -419,11 +405,12 @@ pub fn stop() -> Result<String, StopError> {
     let mut registry = REGISTRY.lock();
     *registry = None;
     tracer.running.store(false, Ordering::Release);
-    let tids = threads::close_all(tracer);
+    threads::close_all(tracer);
     drop(registry);
-    if pending_traps_cleared(&tids) {
-        let _ = chain::uninstall();
-    }
+    // The SIGTRAP handler stays: a trap the kernel raised just before an
+    // event was closed can be delivered after stop returns, and under the
+    // application's default action it would kill the process. The handler
+    // drops such late traps and passes every other SIGTRAP on.
     running.stop_worker.store(true, Ordering::Release);
     let (agg, seen) = running.worker.join().unwrap_or_default();
 
