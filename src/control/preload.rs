@@ -31,6 +31,12 @@ fn env(key: &str) -> Option<String> {
     std::env::var(key).ok()
 }
 
+/// Whether this library was loaded with LD_PRELOAD (and so is not part of
+/// the application).
+pub fn is_preloaded() -> bool {
+    PRELOADED.load(Ordering::Acquire)
+}
+
 fn preloaded() -> bool {
     env("LD_PRELOAD").is_some_and(|p| p.contains("libbreakdance"))
 }

@@ -215,6 +215,20 @@ fn warm_up() {
     let _ = sys::gettid();
 }
 
+/// The modules whose code is traced: all but this library when it is
+/// preloaded (its interposers and its own start and stop would otherwise
+/// show in the application's profile; a trace that enters them ends as
+/// `outside_mappings`). Linked into a program as an rlib, the library is
+/// part of that program and is traced with it.
+fn traced_modules(maps: &[modules::Mapping]) -> Vec<Module> {
+    let own_code = traced_modules as *const () as usize as u64;
+    let preloaded = super::preload::is_preloaded();
+    modules::modules_from_maps(maps)
+        .into_iter()
+        .filter(|m| !(preloaded && m.contains(own_code)))
+        .collect()
+}
+
 /// The handler's table of code, rseq sections and immutable memory.
 fn layout(mods: &[Module]) -> MemoryLayout {
     MemoryLayout {
@@ -251,7 +265,7 @@ fn worker(
             last_check = sys::now_ns();
             if let Ok(text) = std::fs::read_to_string("/proc/self/maps") {
                 if text != last_maps {
-                    let mods = modules::modules_from_maps(&modules::parse_maps(&text));
+                    let mods = traced_modules(&modules::parse_maps(&text));
                     tracer.exec.update(&layout(&mods));
                     seen.extend(mods);
                     last_maps = text;
@@ -279,7 +293,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     let resolved = config::resolve(options, options.event.is_none() && pmu_available())?;
     warm_up();
     let tracer = trace::tracer_or_init();
-    let mods = modules::modules_from_maps(&modules::read_self_maps().map_err(StartError::Proc)?);
+    let mods = traced_modules(&modules::read_self_maps().map_err(StartError::Proc)?);
     tracer.exec.update(&layout(&mods));
     tracer.retired.reset();
     tracer.table_full.store(0, Ordering::Relaxed);
@@ -419,7 +433,7 @@ pub fn stop() -> Result<String, StopError> {
     let mut mods = running.modules_at_start;
     mods.extend(seen);
     if let Ok(maps) = modules::read_self_maps() {
-        mods.extend(modules::modules_from_maps(&maps));
+        mods.extend(traced_modules(&maps));
     }
     let mut unique: Vec<Module> = Vec::new();
     for m in mods {
