@@ -8,7 +8,7 @@
 use crate::profiler::Tracer;
 use crate::quality::{self, create_llvm_prof, exact_afdo};
 use crate::report::{fmt, geomean, median, Report, Table};
-use crate::runner::{self, Cmd};
+use crate::runner::{self, Cmd, Timing};
 use crate::svg::BarChart;
 use crate::workloads::{self, Input, Workload, Workspace};
 use crate::Options;
@@ -20,7 +20,7 @@ const PERIOD_NS: u64 = 1_000_000;
 /// Profiled training runs merged into one profile.
 const TRAIN_RUNS: usize = 3;
 const QUICK_TRAIN_RUNS: usize = 1;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 7;
 const QUICK_ROUNDS: usize = 3;
 
 const VARIANTS: [&str; 5] = [
@@ -53,7 +53,7 @@ pub fn run(opts: &Options) -> Result<usize> {
         .filter(|k| k.source_built())
         .filter(|k| !opts.quick || *k == workloads::Kind::Bzip2)
         .collect();
-    let mut results: Vec<(String, Vec<Option<Vec<f64>>>)> = Vec::new();
+    let mut results: Vec<(String, VariantTimes)> = Vec::new();
     for kind in kinds {
         let name = kind.name();
         let w = match workloads::prepare(&ws, kind) {
@@ -227,8 +227,8 @@ fn time_variants(
     w: &Workload,
     binaries: &[Option<PathBuf>],
     rounds: usize,
-) -> Vec<Option<Vec<f64>>> {
-    let mut times: Vec<Option<Vec<f64>>> = binaries
+) -> Vec<Option<Vec<Timing>>> {
+    let mut times: Vec<Option<Vec<Timing>>> = binaries
         .iter()
         .map(|b| b.as_ref().map(|_| Vec::new()))
         .collect();
@@ -242,7 +242,7 @@ fn time_variants(
             match runner::run_timed(&w.command_with(b, Input::Eval)) {
                 Ok(t) => {
                     if let Some(v) = times[i].as_mut() {
-                        v.push(t.wall_s);
+                        v.push(t);
                     }
                 }
                 Err(e) => {
@@ -255,67 +255,81 @@ fn time_variants(
     times
 }
 
-fn write(
-    rep: &mut Report,
-    results: &[(String, Vec<Option<Vec<f64>>>)],
-    rounds: usize,
-) -> Result<()> {
-    let mut headers = vec!["workload".to_string(), "baseline wall (s)".to_string()];
-    headers.extend(VARIANTS[1..].iter().map(|v| format!("{v} speedup")));
-    let mut t = Table {
-        headers,
-        rows: Vec::new(),
-    };
-    let mut raw = Table::new(&["workload", "variant", "round", "wall_s"]);
-    let mut series: Vec<(String, Vec<Option<f64>>)> = VARIANTS[1..]
-        .iter()
-        .map(|v| (v.to_string(), Vec::new()))
-        .collect();
-    let mut per_variant: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len() - 1];
+/// Timings of every variant of one workload (`None`: the variant failed).
+type VariantTimes = Vec<Option<Vec<Timing>>>;
+
+fn write(rep: &mut Report, results: &[(String, VariantTimes)], rounds: usize) -> Result<()> {
+    let mut raw = Table::new(&["workload", "variant", "round", "wall_s", "cpu_s"]);
     for (name, times) in results {
         for (i, v) in times.iter().enumerate() {
-            for (r, s) in v.iter().flatten().enumerate() {
+            for (r, t) in v.iter().flatten().enumerate() {
                 raw.push(vec![
                     name.clone(),
                     VARIANTS[i].into(),
                     r.to_string(),
-                    fmt(*s, 4),
+                    fmt(t.wall_s, 4),
+                    fmt(t.cpu_s(), 4),
                 ]);
             }
         }
-        let base = times[0].as_deref().map(median).unwrap_or(f64::NAN);
-        let mut row = vec![name.clone(), fmt(base, 3)];
-        for i in 1..VARIANTS.len() {
-            let speedup = times
-                .get(i)
-                .and_then(|v| v.as_deref())
-                .map(|v| base / median(v))
-                .unwrap_or(f64::NAN);
-            row.push(fmt(speedup, 3));
-            series[i - 1].1.push(speedup.is_finite().then_some(speedup));
-            per_variant[i - 1].push(speedup);
-        }
-        t.push(row);
     }
-    let mut geo = vec!["geomean".to_string(), String::new()];
-    geo.extend(per_variant.iter().map(|v| fmt(geomean(v), 3)));
-    t.push(geo);
     rep.write("runs.csv", &raw.to_csv())?;
     rep.note(&format!(
-        "Speedup = median baseline wall time / median variant wall time on the evaluation input, \
-         {rounds} interleaved rounds. Profiles from the training input; ours sampled with task-clock \
-         every {} ms.",
+        "Speedup = median baseline time / median variant time on the evaluation input, \
+         {rounds} interleaved rounds; CPU time (user + system) is the primary measure because \
+         these machines are shared and wall time swings with their load. Profiles from the \
+         training input; ours sampled with task-clock every {} ms.",
         PERIOD_NS / 1_000_000
     ));
-    rep.table("speedup", "Speedup over -O2 (Figure 7)", &t)?;
-    let chart = BarChart {
-        title: "Speedup over clang-19 -O2".into(),
-        y_label: "speedup (baseline time / variant time)".into(),
-        categories: results.iter().map(|(n, _)| n.clone()).collect(),
-        series,
-        stacked: false,
-        y_reference: Some(1.0),
-    };
-    rep.plot("speedup", &chart.render())
-        .context("writing the speedup plot")
+    type Measure = (&'static str, &'static str, fn(&Timing) -> f64);
+    let measures: [Measure; 2] = [
+        ("speedup", "CPU time", Timing::cpu_s),
+        ("speedup_wall", "wall time", |t| t.wall_s),
+    ];
+    for (file, what, f) in measures {
+        let mut headers = vec!["workload".to_string(), format!("baseline {what} (s)")];
+        headers.extend(VARIANTS[1..].iter().map(|v| v.to_string()));
+        let mut t = Table {
+            headers,
+            rows: Vec::new(),
+        };
+        let mut series: Vec<(String, Vec<Option<f64>>)> = VARIANTS[1..]
+            .iter()
+            .map(|v| (v.to_string(), Vec::new()))
+            .collect();
+        let mut per_variant: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len() - 1];
+        for (name, times) in results {
+            let med = |i: usize| {
+                times
+                    .get(i)
+                    .and_then(|v| v.as_deref())
+                    .map(|v| median(&v.iter().map(f).collect::<Vec<_>>()))
+                    .unwrap_or(f64::NAN)
+            };
+            let base = med(0);
+            let mut row = vec![name.clone(), fmt(base, 3)];
+            for i in 1..VARIANTS.len() {
+                let speedup = base / med(i);
+                row.push(fmt(speedup, 3));
+                series[i - 1].1.push(speedup.is_finite().then_some(speedup));
+                per_variant[i - 1].push(speedup);
+            }
+            t.push(row);
+        }
+        let mut geo = vec!["geomean".to_string(), String::new()];
+        geo.extend(per_variant.iter().map(|v| fmt(geomean(v), 3)));
+        t.push(geo);
+        rep.table(file, &format!("Speedup over -O2, {what} (Figure 7)"), &t)?;
+        let chart = BarChart {
+            title: format!("Speedup over clang-19 -O2 ({what})"),
+            y_label: format!("baseline {what} / variant {what}"),
+            categories: results.iter().map(|(n, _)| n.clone()).collect(),
+            series,
+            stacked: false,
+            y_reference: Some(1.0),
+        };
+        rep.plot(file, &chart.render())
+            .with_context(|| format!("writing the {file} plot"))?;
+    }
+    Ok(())
 }
