@@ -45,11 +45,12 @@ fn quick_run_writes_results_with_the_expected_shape() {
         .starts_with("<svg"));
 
     let overhead = csv(&out.join("overhead.csv"));
+    let width = &brr::timing::Config::default().fetch_width.to_string();
     let cost = |variant: &str, interval: &str| -> f64 {
         overhead
             .iter()
-            .find(|r| r[0] == "charclass" && r[1] == variant && r[2] == interval)
-            .unwrap_or_else(|| panic!("no {variant} {interval} row"))[7]
+            .find(|r| r[0] == "charclass" && r[1] == variant && r[2] == interval && r[3] == *width)
+            .unwrap_or_else(|| panic!("no {variant} {interval} row"))[8]
             .parse()
             .unwrap()
     };

@@ -71,7 +71,7 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
     );
     let _ = writeln!(md, "{}", METHOD);
 
-    let mut overhead_csv = String::from("workload,variant,interval,site_executions,instructions,cycles,cycles_none,cycles_per_site,instructions_per_site,mispredictions\n");
+    let mut overhead_csv = String::from("workload,variant,interval,fetch_width,site_executions,instructions,cycles,cycles_none,cycles_per_site,instructions_per_site,mispredictions\n");
     let mut accuracy_csv = String::from("workload,scheme,interval,seed,samples,overlap\n");
     let mut acc_rows: Vec<(String, String, u32, f64, f64, f64, u64)> = Vec::new();
     for w in &workloads {
@@ -120,11 +120,60 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
                     _ => true,
                 })
                 .collect();
-            let reports: Vec<(Variant, Report)> = parallel(&timed_variants, |&v| {
+            // The main configuration, plus a fetch-width sensitivity point:
+            // brr's asymptotic cost is its fetch slot.
+            let max = *overhead_intervals.last().unwrap();
+            let alt_width = if config.fetch_width == 4 { 3 } else { 4 };
+            let mut jobs: Vec<(Variant, u32)> = timed_variants
+                .iter()
+                .map(|&v| (v, config.fetch_width))
+                .collect();
+            for v in [
+                Variant::None,
+                Variant::Counter { interval: max },
+                Variant::Brr { interval: max },
+            ] {
+                jobs.push((v, alt_width));
+            }
+            let all: Vec<(Variant, u32, Report)> = parallel(&jobs, |&(v, width)| {
                 let exe = exe_of(v);
-                let edges = work.join(format!("{}-{}.timed.edges", w.name, v.label()));
-                Ok((v, timed_run(&exe, &w.args, &edges, &config)?))
+                let edges = work.join(format!("{}-{}-f{width}.timed.edges", w.name, v.label()));
+                let c = Config {
+                    fetch_width: width,
+                    ..config.clone()
+                };
+                Ok((v, width, timed_run(&exe, &w.args, &edges, &c)?))
             })?;
+            let cycles_of = |v: Variant, width: u32| {
+                all.iter()
+                    .find(|r| r.0 == v && r.1 == width)
+                    .map(|r| r.2.cycles as f64)
+            };
+            for (v, width, r) in &all {
+                let (kind, interval) = split(*v);
+                let none = cycles_of(Variant::None, *width).unwrap();
+                let none_instr = all
+                    .iter()
+                    .find(|x| x.0 == Variant::None && x.1 == *width)
+                    .unwrap()
+                    .2
+                    .instructions;
+                let _ = writeln!(
+                    overhead_csv,
+                    "{},{kind},{interval},{width},{site_execs},{},{},{none},{:.4},{:.4},{}",
+                    w.name,
+                    r.instructions,
+                    r.cycles,
+                    (r.cycles as f64 - none) / site_execs as f64,
+                    (r.instructions as f64 - none_instr as f64) / site_execs as f64,
+                    r.mispredictions()
+                );
+            }
+            let reports: Vec<(Variant, Report)> = all
+                .iter()
+                .filter(|r| r.1 == config.fetch_width)
+                .map(|r| (r.0, r.2.clone()))
+                .collect();
             let base = reports
                 .iter()
                 .find(|r| r.0 == Variant::None)
@@ -132,20 +181,14 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
                 .1
                 .clone();
             let per_site = |r: &Report| (r.cycles as f64 - base.cycles as f64) / site_execs as f64;
-            for (v, r) in &reports {
-                let (kind, interval) = split(*v);
-                let _ = writeln!(
-                    overhead_csv,
-                    "{},{kind},{interval},{site_execs},{},{},{},{:.4},{:.4},{}",
-                    w.name,
-                    r.instructions,
-                    r.cycles,
-                    base.cycles,
-                    per_site(r),
-                    (r.instructions as f64 - base.instructions as f64) / site_execs as f64,
-                    r.mispredictions()
-                );
-            }
+            let alt = |v: Variant| {
+                (cycles_of(v, alt_width).unwrap() - cycles_of(Variant::None, alt_width).unwrap())
+                    / site_execs as f64
+            };
+            let (alt_c, alt_b) = (
+                alt(Variant::Counter { interval: max }),
+                alt(Variant::Brr { interval: max }),
+            );
             let find = |v: Variant| reports.iter().find(|r| r.0 == v).map(|r| per_site(&r.1));
             let _ = writeln!(md, "## Overhead per site: {}\n", w.name);
             let _ = writeln!(
@@ -173,7 +216,14 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
                 series[0].push((f64::from(i), c));
                 series[1].push((f64::from(i), b));
             }
-            md.push('\n');
+            let _ = writeln!(
+                md,
+                "\nSensitivity: fetching {alt_width} instead of {} instructions per cycle, at 2^{} counter sampling costs \
+                 {alt_c:.3} and brr {alt_b:.3} cycles per site (ratio {:.1}).\n",
+                config.fetch_width,
+                max.trailing_zeros(),
+                alt_c / alt_b
+            );
             let [counter_pts, brr_pts] = series;
             let chart = svg::log_log_chart(
                 &format!("{}: instrumentation overhead per site", w.name),
