@@ -221,20 +221,40 @@ pub unsafe fn real_sigaction(
     check(unsafe { real_sigaction_fn()(sig, act, old) } as libc::c_long).map(drop)
 }
 
-/// Installs `handler` for `sig` with SA_SIGINFO | SA_RESTART and returns the
-/// previous action. Not SA_ONSTACK: an application's alternate stack may be
-/// smaller than the tracer's handler needs, and the handler only ever runs
-/// on a thread interrupted in its own code, on its own stack.
-pub fn install_handler(sig: i32, handler: SigactionFn) -> Result<libc::sigaction, Errno> {
+/// Installs `handler` for `sig` with SA_SIGINFO | SA_RESTART, blocking
+/// `blocked` while it runs, and returns the previous action. Not
+/// SA_ONSTACK: an application's alternate stack may be smaller than the
+/// tracer's handler needs, and the handler only ever runs on a thread
+/// interrupted in its own code, on its own stack.
+pub fn install_handler(
+    sig: i32,
+    handler: SigactionFn,
+    blocked: &[i32],
+) -> Result<libc::sigaction, Errno> {
     // SAFETY: sigaction structs are plain data; zero is a valid empty mask.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
     act.sa_sigaction = handler as usize;
     act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    for &b in blocked {
+        // SAFETY: act.sa_mask is a valid sigset.
+        unsafe { libc::sigaddset(&mut act.sa_mask, b) };
+    }
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: act and old are valid; the handler is async-signal-safe.
     unsafe { real_sigaction(sig, &act, &mut old)? };
     Ok(old)
+}
+
+/// Puts back the default action of `sig` and sends `sig` to the calling
+/// thread: once the current handler returns, the process ends the way it
+/// would have without us. Async-signal-safe.
+pub fn reraise_default(sig: i32) {
+    // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask.
+    let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid action.
+    let _ = unsafe { real_sigaction(sig, &dfl, std::ptr::null_mut()) };
+    let _ = tgkill(gettid(), sig);
 }
 
 /// Reinstalls a previously saved action.

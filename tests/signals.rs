@@ -53,3 +53,46 @@ fn fork_without_exec() {
     check_summary(&rec);
     assert_valid_traces("forker", &rec);
 }
+
+/// Ctrl-C at a terminal sends SIGINT to the whole foreground process group:
+/// profiler-ctl and the program alike. The program still dies by SIGINT, as
+/// it would unprofiled, but only after its profile is written.
+#[test]
+fn ctrl_c_to_the_process_group_keeps_the_profile() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("ctrlc");
+    let binary = build(&clang, &dir.0, "control", &["control.c"], &[]);
+    let out = dir.path("out");
+    let never = dir.path("never-created");
+    let mut child = std::process::Command::new(&tracer.ctl)
+        .args(["record", "-q", "-c", "1000000", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&binary)
+        .arg(&never)
+        .process_group(0)
+        .spawn()
+        .expect("profiler-ctl runs");
+    // Let the session start and collect a little.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: signals the process group made above.
+    let sent = unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+    assert_eq!(sent, 0, "kill(-pgid, SIGINT)");
+    let status = child.wait().expect("profiler-ctl ends");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGINT),
+        "record ends by SIGINT like the program: {status:?}"
+    );
+    let rec = load(&out);
+    assert!(
+        counter(&rec.summary, "traces_completed") > 0,
+        "{}",
+        rec.summary
+    );
+    check_summary(&rec);
+}

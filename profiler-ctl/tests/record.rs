@@ -278,8 +278,6 @@ fn signals_are_forwarded_to_the_command() {
 }
 
 #[test]
-#[ignore = "libbreakdance's own threads accept process-directed signals, so a \
-            shell's trap can miss them (see the profiler-ctl report)"]
 fn forwarded_signals_reach_the_programs_handlers() {
     let Some(_lib) = library() else { return };
     for (trap, signal, code) in [("USR1", libc::SIGUSR1, 42), ("TERM", libc::SIGTERM, 43)] {

@@ -5,3 +5,4 @@ pub mod config;
 pub mod preload;
 pub mod session;
 pub mod socket;
+pub mod terminate;

@@ -16,7 +16,7 @@ use crate::sys;
 use crate::trace::chain;
 
 use super::config::Options;
-use super::{session, socket};
+use super::{session, socket, terminate};
 
 static SOCKET_PATH: OnceLock<PathBuf> = OnceLock::new();
 /// Pid that created the socket file (the exit hook of a fork child must
@@ -156,7 +156,12 @@ extern "C" fn init() {
         let started =
             autostart_options().and_then(|o| session::start(&o).map_err(|e| e.to_string()));
         match started {
-            Ok(_) => AUTOSTARTED.store(sys::getpid(), Ordering::Release),
+            Ok(_) => {
+                AUTOSTARTED.store(sys::getpid(), Ordering::Release);
+                if let Some(path) = SOCKET_PATH.get() {
+                    terminate::install(path);
+                }
+            }
             Err(e) => sys::write_stderr(format!("breakdance: not profiling: {e}\n").as_bytes()),
         }
     }
@@ -246,6 +251,19 @@ pub unsafe extern "C" fn sigaction(
     if sig == libc::SIGTRAP && chain::intercept(unsafe { act.as_ref() }, unsafe { old.as_mut() }) {
         return 0;
     }
+    // SAFETY: as above.
+    if terminate::intercept(sig, !act.is_null(), unsafe { old.as_mut() }) {
+        // Our terminate handler stood for the default action; the
+        // application's new action replaces it.
+        // SAFETY: forwarded contract.
+        return match unsafe { sys::real_sigaction(sig, act, std::ptr::null_mut()) } {
+            Ok(()) => 0,
+            Err(e) => {
+                sys::set_errno(e.0);
+                -1
+            }
+        };
+    }
     // SAFETY: forwarded contract.
     match unsafe { sys::real_sigaction(sig, act, old) } {
         Ok(()) => 0,
@@ -275,6 +293,17 @@ pub unsafe extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::
         if chain::intercept(Some(&act), Some(&mut old)) {
             return old.sa_sigaction;
         }
+    }
+    if terminate::intercept(sig, true, None) {
+        // SAFETY: plain data, all-zero is valid.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = handler;
+        act.sa_flags = libc::SA_RESTART;
+        // SAFETY: a valid action.
+        return match unsafe { sys::real_sigaction(sig, &act, std::ptr::null_mut()) } {
+            Ok(()) => libc::SIG_DFL,
+            Err(_) => libc::SIG_ERR,
+        };
     }
     static REAL: OnceLock<usize> = OnceLock::new();
     let sym = *REAL.get_or_init(|| next_symbol(c"signal") as usize);

@@ -302,7 +302,8 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer
         .dataflow
         .store(resolved.dataflow as u8, Ordering::Relaxed);
-    chain::install(handler::on_sigtrap).map_err(StartError::Handler)?;
+    chain::install(handler::on_sigtrap, &super::terminate::TERMINATING)
+        .map_err(StartError::Handler)?;
 
     // The worker exists before any thread is traced or `running` is set,
     // so the pthread_create interposer never mistakes it for the

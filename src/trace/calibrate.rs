@@ -63,7 +63,7 @@ pub fn install_handler() -> Result<libc::sigaction, Errno> {
         return Err(Errno(libc::EBUSY));
     }
     sys::warm_sigaction();
-    sys::install_handler(libc::SIGTRAP, on_calibration_trap)
+    sys::install_handler(libc::SIGTRAP, on_calibration_trap, &[])
 }
 
 /// Measures on the calling thread, with the handler installed by

@@ -63,12 +63,12 @@ fn load() -> libc::sigaction {
 }
 
 /// Installs our handler, saving the application's action.
-pub fn install(handler: sys::SigactionFn) -> Result<(), sys::Errno> {
+pub fn install(handler: sys::SigactionFn, blocked: &[i32]) -> Result<(), sys::Errno> {
     with_writer(|| {
         if SAVED.active.load(Ordering::Acquire) {
             return Ok(());
         }
-        let old = sys::install_handler(libc::SIGTRAP, handler)?;
+        let old = sys::install_handler(libc::SIGTRAP, handler, blocked)?;
         store(&old);
         SAVED.active.store(true, Ordering::Release);
         Ok(())
@@ -122,8 +122,7 @@ pub fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     if handler == libc::SIG_DFL {
         // Default for SIGTRAP is to dump core: do exactly that by restoring
         // the default and re-sending; it is delivered when we return.
-        let _ = sys::restore_action(libc::SIGTRAP, &action);
-        let _ = sys::tgkill(sys::gettid(), libc::SIGTRAP);
+        sys::reraise_default(libc::SIGTRAP);
         return;
     }
     if action.sa_flags & libc::SA_SIGINFO != 0 {
