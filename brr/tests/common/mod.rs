@@ -54,7 +54,11 @@ pub fn build_static(name: &str, sources: &[PathBuf], cc: Cc, extra: &[&str]) -> 
     if !have_tool(tool) || !have_tool("musl-gcc") {
         return None;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("builds");
+    // One directory per test binary, so binaries run in parallel (nextest)
+    // never build the same file at once.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("builds")
+        .join(env!("CARGO_CRATE_NAME"));
     std::fs::create_dir_all(&dir).unwrap();
     Some(
         brr::workload::build_static(&dir, name, sources, cc, extra)
