@@ -135,7 +135,7 @@ fn resolve(form: &BranchForm, st: &RegState, mem: &OwnMemory) -> Option<Outcome>
 }
 
 /// The SIGTRAP handler installed while a session runs.
-pub extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     let saved_errno = sys::errno();
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let si = unsafe { &*info };
