@@ -173,8 +173,7 @@ pub fn rewrite(input: &str, unit: &str, variant: Variant) -> Rewritten {
         let taken_ctr = format!("{counts}+{}(%rip)", 16 * index);
         let fall_ctr = format!("{counts}+{}(%rip)", 16 * index + 8);
         let live_fall = asm::flags_live(&lines, i + 1, &label_at);
-        let live_taken =
-            label_at(target).is_none_or(|t| asm::flags_live(&lines, t + 1, &label_at));
+        let live_taken = label_at(target).is_none_or(|t| asm::flags_live(&lines, t + 1, &label_at));
         let incr = |ctr: &str, live: bool| {
             if live {
                 format!("{SAVE_FLAGS}\tincq\t{ctr}\n{RESTORE_FLAGS}")
