@@ -78,7 +78,7 @@ fn check_workload(name: &str, args: &[&str]) {
             .chain(args.iter().map(|s| s.to_string()))
             .collect();
         let (exact, _) = profile::exact_edges(&none, &argv, &[]).unwrap();
-        let reference = output(Command::new(&none).args(args)).stdout;
+        let reference = output(Command::new(&none).args(args).env("BRR_EDGES", "/dev/null")).stdout;
         assert!(exact.len() > 5, "{name} {cc:?}: only {} sites", exact.len());
 
         let full = build(name, &src, cc, Variant::Full).unwrap();
