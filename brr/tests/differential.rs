@@ -79,6 +79,18 @@ fn opmix_integer_sse_and_libc() {
 }
 
 #[test]
+fn resonance_loop() {
+    let src = common::workloads().join("resonance.c");
+    for cc in [Cc::Gcc, Cc::Clang] {
+        let Some(exe) = common::build_static("resonance", std::slice::from_ref(&src), cc, &[])
+        else {
+            continue;
+        };
+        same_as_native(&exe, &["100001"], b"");
+    }
+}
+
+#[test]
 fn bzip2_from_debian_sources() {
     let Some(tree) = common::bzip2_source() else {
         return;

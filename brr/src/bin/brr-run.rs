@@ -16,7 +16,8 @@ brr instructions (see brr/README.md) are executed with the LFSR model; every
 other instruction must be in the emulator's integer + SSE2 subset, or the run
 stops with an error naming the instruction and its address. The program's
 file descriptors are the emulator's own, so its output appears on stdout.
-The exit status is the guest's.
+The exit status is the guest's, or 125 when the emulator stops the run (the
+error is printed on one line).
 
 OPTIONS:
     --seed N          LFSR seed (default 1); runs are deterministic per seed
