@@ -5,8 +5,9 @@
 //! instrumented PGO as the upper anchor. Profiles come from the training
 //! input; times from the evaluation input, interleaved rounds.
 
+use crate::autofdo::{self, create_llvm_prof, exact_afdo};
 use crate::profiler::Tracer;
-use crate::quality::{self, create_llvm_prof, exact_afdo};
+use crate::quality;
 use crate::report::{fmt, geomean, median, Report, Table};
 use crate::runner::{self, Cmd, Timing};
 use crate::svg::BarChart;
@@ -157,20 +158,11 @@ fn profgen_profile(t: &Tracer, w: &Workload, dir: &Path, runs: usize) -> Result<
 fn clp_profile(t: &Tracer, w: &Workload, dir: &Path, runs: usize) -> Result<PathBuf> {
     let module =
         bench_harness::elf::ElfModule::load(&w.binary).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut merged = bench_harness::afdo::AfdoProfile::default();
-    for out in train(t, w, dir, runs)? {
-        let f = quality::tracer_afdo(&out, &module)?;
-        let p = bench_harness::afdo::parse_file(&f).map_err(|e| anyhow::anyhow!("{e}"))?;
-        for (k, v) in p.ranges {
-            *merged.ranges.entry(k).or_insert(0) += v;
-        }
-        for (k, v) in p.addresses {
-            *merged.addresses.entry(k).or_insert(0) += v;
-        }
-        for (k, v) in p.branches {
-            *merged.branches.entry(k).or_insert(0) += v;
-        }
-    }
+    let files = train(t, w, dir, runs)?
+        .iter()
+        .map(|out| autofdo::tracer_afdo(out, &module))
+        .collect::<Result<Vec<_>>>()?;
+    let merged = autofdo::merge_afdo(&files)?;
     let txt = dir.join("ours.afdo.txt");
     std::fs::write(&txt, merged.to_text())?;
     let prof = dir.join("ours-clp.prof");

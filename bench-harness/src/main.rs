@@ -2,6 +2,7 @@
 //! measures breakdance the way the Break Dancing paper does, on third-party
 //! programs, and writes tables and SVG plots under `results/<experiment>/`.
 
+mod autofdo;
 mod bpcost;
 mod fdo;
 mod overhead;

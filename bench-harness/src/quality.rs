@@ -12,14 +12,14 @@
 //! function-level similarity of the AutoFDO profiles create_llvm_prof builds
 //! from each (`llvm-profdata overlap --sample`).
 
+use crate::autofdo::{create_llvm_prof, exact_afdo, merge_afdo, profile_similarity, tracer_afdo};
 use crate::profiler::Tracer;
 use crate::report::{fmt, Report, Table};
 use crate::runner::{self, Cmd};
 use crate::svg::{LineChart, Series};
 use crate::workloads::{self, Input, Workload, Workspace};
 use crate::Options;
-use anyhow::{bail, Context, Result};
-use bench_harness::afdo::AfdoProfile;
+use anyhow::{Context, Result};
 use bench_harness::callgrind::{self, ObjectProfile};
 use bench_harness::elf::{ElfModule, ModuleMap};
 use bench_harness::overlap::{instruction_weights, overlap, Range};
@@ -93,46 +93,6 @@ fn fingerprint(cmd: &Cmd) -> String {
         }
     }
     key
-}
-
-/// An AutoFDO text profile holding the exact counts: one range per run of
-/// adjacent instructions with equal counts, and every taken transfer. It is
-/// what a perfect LBR sampling every branch would give.
-pub fn exact_afdo(r: &Reference) -> AfdoProfile {
-    let idx = r.module.instructions();
-    let mut p = AfdoProfile::default();
-    let mut open: Option<(u64, u64, u64, usize)> = None; // begin, end, count, position
-    for (&addr, &count) in &r.counts.instructions {
-        let pos = idx.position(addr);
-        let extends = match (open, pos) {
-            (Some((_, _, c, last)), Some(pos)) => c == count && pos == last + 1,
-            _ => false,
-        };
-        if extends {
-            let (b, _, c, _) = open.unwrap_or_default();
-            open = Some((b, addr, c, pos.unwrap_or_default()));
-            continue;
-        }
-        if let Some((b, e, c, _)) = open.take() {
-            p.ranges
-                .insert((r.module.afdo_offset(b), r.module.afdo_offset(e)), c);
-        }
-        if let Some(pos) = pos {
-            open = Some((addr, addr, count, pos));
-        }
-    }
-    if let Some((b, e, c, _)) = open {
-        p.ranges
-            .insert((r.module.afdo_offset(b), r.module.afdo_offset(e)), c);
-    }
-    for (e, c) in r.counts.taken_edges() {
-        let edge = Edge {
-            from: r.module.afdo_offset(e.from),
-            to: r.module.afdo_offset(e.to),
-        };
-        *p.branches.entry(edge).or_insert(0) += c;
-    }
-    p
 }
 
 /// What breakdance recorded in the hot module, in its link-time addresses.
@@ -306,166 +266,6 @@ fn per_function(module: &ElfModule, weights: &BTreeMap<u64, u64>) -> BTreeMap<St
     f
 }
 
-/// `create_llvm_prof --profiler=text` on an AutoFDO text file.
-pub fn create_llvm_prof(afdo_text: &Path, binary: &Path, out: &Path, text: bool) -> Result<()> {
-    let tool = runner::require_tool("create_llvm_prof", "autofdo")?;
-    let fmt = if text { "text" } else { "binary" };
-    runner::run(
-        &Cmd::new(tool)
-            .arg("--profiler=text")
-            .arg(format!("--profile={}", afdo_text.display()))
-            .arg(format!("--binary={}", binary.display()))
-            .arg(format!("--out={}", out.display()))
-            .arg(format!("--format={fmt}")),
-    )?;
-    let bytes = std::fs::read(out).unwrap_or_default();
-    if bytes.is_empty() {
-        bail!(
-            "create_llvm_prof wrote an empty profile {} from {}",
-            out.display(),
-            afdo_text.display()
-        );
-    }
-    if text {
-        let (clean, dropped) = sanitize_llvm_text(&bytes);
-        if dropped > 0 {
-            std::fs::write(out, clean)?;
-        }
-    }
-    Ok(())
-}
-
-/// Removes the records create_llvm_prof 0.19 writes with corrupt function
-/// names (google/autofdo issue #95: a dangling string for inlined callees,
-/// so the text holds random bytes that clang and llvm-profdata refuse).
-/// A record with a bad name is dropped with everything nested under it;
-/// bad call-target tokens are dropped from body lines. Returns the cleaned
-/// text and how many records were dropped.
-pub fn sanitize_llvm_text(bytes: &[u8]) -> (String, usize) {
-    fn valid(name: &str) -> bool {
-        let mut chars = name.chars();
-        chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '.')
-            && chars.all(|c| c.is_ascii_alphanumeric() || "_.$".contains(c))
-    }
-    fn is_location(s: &str) -> bool {
-        !s.is_empty()
-            && s.split('.')
-                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-    }
-    let text = String::from_utf8_lossy(bytes);
-    let mut out = String::with_capacity(text.len());
-    let mut dropped = 0;
-    let mut skip_deeper_than: Option<usize> = None;
-    for line in text.lines() {
-        let indent = line.len() - line.trim_start_matches(' ').len();
-        if let Some(d) = skip_deeper_than {
-            if indent > d {
-                continue;
-            }
-            skip_deeper_than = None;
-        }
-        let body = &line[indent..];
-        let keep = if indent == 0 {
-            // FUNCTION:TOTAL:HEAD
-            let mut parts = body.split(':');
-            let name = parts.next().unwrap_or("");
-            valid(name) && parts.count() == 2
-        } else {
-            match body.split_once(": ") {
-                Some((loc, rest)) if is_location(loc) => {
-                    let mut tokens = rest.split(' ').filter(|t| !t.is_empty());
-                    match tokens.next() {
-                        // LOCATION: COUNT [TARGET:COUNT ...]
-                        Some(count) if count.bytes().all(|b| b.is_ascii_digit()) => {
-                            let targets: Vec<&str> = tokens
-                                .filter(|t| t.rsplit_once(':').is_some_and(|(n, _)| valid(n)))
-                                .collect();
-                            out.push_str(&line[..indent]);
-                            out.push_str(loc);
-                            out.push_str(": ");
-                            out.push_str(count);
-                            for t in targets {
-                                out.push(' ');
-                                out.push_str(t);
-                            }
-                            out.push('\n');
-                            continue;
-                        }
-                        // LOCATION: CALLEE:TOTAL (an inlined callee)
-                        _ => {
-                            rest.trim().rsplit_once(':').is_some_and(|(n, c)| {
-                                valid(n) && c.bytes().all(|b| b.is_ascii_digit())
-                            }) && rest.starts_with(|c: char| c != ' ')
-                        }
-                    }
-                }
-                _ => false,
-            }
-        };
-        if keep {
-            out.push_str(line);
-            out.push('\n');
-        } else {
-            dropped += 1;
-            skip_deeper_than = Some(indent);
-        }
-    }
-    (out, dropped)
-}
-
-/// Whole-program function-level similarity of two sample profiles, from
-/// `llvm-profdata-19 overlap --sample` ("Whole program profile similarity").
-pub fn profile_similarity(base: &Path, test: &Path) -> Result<f64> {
-    let tool = runner::require_tool("llvm-profdata-19", "llvm-19")?;
-    let out = runner::tempfile_path("overlap.txt");
-    runner::run(
-        &Cmd::new(tool)
-            .args(["overlap", "--sample"])
-            .arg(base)
-            .arg(test)
-            .stdout_to(&out),
-    )?;
-    let text = std::fs::read_to_string(&out)?;
-    let _ = std::fs::remove_file(&out);
-    // llvm-profdata stops early when one profile has no body counts (a
-    // sparse profile at a low rate): nothing of it overlaps.
-    if text.contains("Sum of sample counts for profile") && text.trim_end().ends_with("is 0.") {
-        return Ok(0.0);
-    }
-    parse_similarity(&text).with_context(|| {
-        format!(
-            "llvm-profdata overlap printed no whole-program similarity for {} vs {}",
-            base.display(),
-            test.display()
-        )
-    })
-}
-
-fn parse_similarity(text: &str) -> Option<f64> {
-    let line = text.lines().find(|l| {
-        l.to_lowercase()
-            .contains("whole program profile similarity")
-    })?;
-    let v = line.rsplit(':').next()?.trim().trim_end_matches('%');
-    v.parse::<f64>().ok().map(|p| p / 100.0)
-}
-
-/// The AutoFDO text file the tracer wrote for `module`, or an error.
-pub fn tracer_afdo(out_dir: &Path, module: &ElfModule) -> Result<PathBuf> {
-    let p = out_dir.join(format!("{}.afdo.txt", module.basename()));
-    if p.is_file() {
-        Ok(p)
-    } else {
-        bail!(
-            "the tracer wrote no {} (no samples in {}?)",
-            p.display(),
-            module.basename()
-        )
-    }
-}
-
 struct Row {
     workload: String,
     period: u64,
@@ -578,23 +378,6 @@ pub fn run(opts: &Options) -> Result<usize> {
     rep.finish()
 }
 
-fn merge_afdo(files: &[PathBuf]) -> Result<AfdoProfile> {
-    let mut m = AfdoProfile::default();
-    for f in files {
-        let p = bench_harness::afdo::parse_file(f).map_err(|e| anyhow::anyhow!("{e}"))?;
-        for (k, v) in p.ranges {
-            *m.ranges.entry(k).or_insert(0) += v;
-        }
-        for (k, v) in p.addresses {
-            *m.addresses.entry(k).or_insert(0) += v;
-        }
-        for (k, v) in p.branches {
-            *m.branches.entry(k).or_insert(0) += v;
-        }
-    }
-    Ok(m)
-}
-
 fn write(rep: &mut Report, rows: &[Row], runs: usize) -> Result<()> {
     let mut t = Table::new(&[
         "workload",
@@ -692,27 +475,4 @@ fn write(rep: &mut Report, rows: &[Row], runs: usize) -> Result<()> {
         rep.plot(file, &chart.render())?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn corrupt_records_are_dropped_with_their_nested_lines() {
-        let text = b"main:100:1\n 1: 10\n 2: 5 foo:3 \xff\x01:2\n 3: \xf5(\x05]U:50\n  1: 50\n 4: bar:7\n  1: 7\n\x8b\x01:9:0\n 1: 9\nok:5:5\n 1: 5\n";
-        let (clean, dropped) = sanitize_llvm_text(text);
-        assert_eq!(
-            clean,
-            "main:100:1\n 1: 10\n 2: 5 foo:3\n 4: bar:7\n  1: 7\nok:5:5\n 1: 5\n"
-        );
-        assert_eq!(dropped, 2);
-    }
-
-    #[test]
-    fn similarity_line_is_parsed() {
-        let text = "Sample Profile Overlap:\n  Whole program profile similarity: 93.250%\n";
-        assert_eq!(parse_similarity(text), Some(0.9325));
-        assert_eq!(parse_similarity("nothing"), None);
-    }
 }
