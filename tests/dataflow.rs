@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::ffi::OsStr;
-
 use common::*;
 
 const PERIOD_NS: u64 = 200_000;
@@ -38,8 +36,15 @@ fn the_model_agrees_with_the_cpu_and_saves_breakpoints() {
         let mut recs = Vec::new();
         for mode in ["verify", "off", "on"] {
             let out = dir.path(&format!("{name}-{mode}"));
-            let envs: [(&str, &OsStr); 1] = [("BREAKDANCE_DATAFLOW", mode.as_ref())];
-            let profiled = record(&tracer, &out, PERIOD_NS, &binary, &[arg], &envs);
+            let profiled = record_with(
+                &tracer,
+                &out,
+                PERIOD_NS,
+                &["--dataflow", mode],
+                &binary,
+                &[arg],
+                &[],
+            );
             assert_same_behaviour(&format!("{name} ({mode})"), &native, &profiled);
             let rec = load(&out);
             check_summary(&rec);

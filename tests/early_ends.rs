@@ -106,13 +106,14 @@ fn no_stop_inside_an_rseq_critical_section() {
     // algorithm), traces end at the section: no branch inside it is
     // recorded, and each end is counted.
     let off_out = scratch.path("out-off");
-    let off = record(
+    let off = record_with(
         &tracer,
         &off_out,
         500_000,
+        &["--dataflow", "off"],
         &program,
         &["3000"],
-        &[("BREAKDANCE_DATAFLOW", "off".as_ref())],
+        &[],
     );
     assert!(off.status.success(), "{}", text(&off.stderr));
     for dir in [&out, &off_out] {

@@ -116,7 +116,7 @@ pub fn record(
     record_with(tracer, out, period_ns, &[], program, args, envs)
 }
 
-/// [`record`] with more `profiler-ctl record` options (`--lbr N`, …).
+/// As `record`, with more `profiler-ctl record` options (`--dataflow off`).
 pub fn record_with(
     tracer: &Tracer,
     out: &Path,
