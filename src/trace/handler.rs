@@ -270,9 +270,21 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
     Counters::add(&c.breakpoint_ns, sys::now_ns().saturating_sub(t0));
 }
 
-/// Appends {from, to} to the open trace; ends the trace and returns true
-/// when it is complete.
+/// Appends {from, to} to the open trace; returns true when the trace
+/// ended (complete, or stopped at a target outside the known code).
 fn record(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, from: u64, to: u64) -> bool {
+    // A branch into code the profile cannot name (the vDSO, this library's
+    // interposers, memory that is not a file) ends the trace unrecorded:
+    // every recorded target lies in a module perf.script lists.
+    if tracer.exec.range_of(to).is_none() {
+        end_trace(
+            tracer,
+            slot,
+            t,
+            TraceEnd::Aborted(AbortReason::OutsideMappings),
+        );
+        return true;
+    }
     let Some(buffer) = t.buffer.as_mut() else {
         return true;
     };
