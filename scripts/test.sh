@@ -19,4 +19,10 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 echo "== cargo build --release" >&2
 cargo build --release --workspace
 echo "== cargo test --release" >&2
-cargo test --release --workspace
+# Libraries, binaries and integration tests (benches are measured with
+# `cargo bench`, not run as tests). A closing line totals every test binary.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --release --workspace --lib --bins --tests 2>&1 | tee "$log"
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"
