@@ -85,12 +85,12 @@ fn main() {
     let mut moves = Vec::new();
     let mut stops = Vec::new();
     for _ in 0..RUNS {
-        let c = calibrate::measure_on_this_thread(5, 2_000).expect("hardware breakpoints");
-        moves.push(c.move_ns);
-        stops.push(c.stop_ns);
+        let c = calibrate::measure_on_this_thread(10_000, 5_000).expect("hardware breakpoints");
+        moves.push(c.move_wall_ns);
+        stops.push(c.stop_wall_ns);
     }
     sys::restore_action(libc::SIGTRAP, &old).expect("restoring SIGTRAP");
-    println!("breakpoint microbenchmark ({RUNS} runs x 5 rounds x 2000 stops, medians):");
+    println!("breakpoint microbenchmark ({RUNS} runs x 10000 moves, 5000 stops; medians):");
     println!(
         "  move (PERF_EVENT_IOC_MODIFY_ATTRIBUTES)     {:8.2} us",
         median(moves) / 1e3
