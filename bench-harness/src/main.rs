@@ -4,6 +4,7 @@
 
 mod autofdo;
 mod bpcost;
+mod brr_tracer;
 mod fdo;
 mod overhead;
 mod profiler;
@@ -24,7 +25,9 @@ experiments:
   bpcost     cost to move and to trigger a hardware breakpoint per thread count
   quality    profile accuracy against exact callgrind ground truth
   fdo        AutoFDO / instrumented PGO speedups on the source-built workloads
-  brr        the branch-on-random experiment (brr crate)
+  brr        the branch-on-random experiment (brr crate), then brr-tracer
+  brr-tracer the brr microbenchmark under the software tracer, compared with
+             the brr results already in results/brr
   all        every experiment above, in order
 
 options:
@@ -95,8 +98,9 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
                 .with_context(|| format!("cannot create {}", dir.display()))?;
             eprintln!("[brr] running brr::experiment into {}", dir.display());
             brr::experiment::run(&dir, opts.quick)?;
-            Ok(0)
+            brr_tracer::run(opts, &dir)
         }
+        "brr-tracer" => brr_tracer::run(opts, &opts.results.join("brr")),
         "all" => {
             let mut failed = 0;
             for e in ["workloads", "overhead", "bpcost", "quality", "fdo", "brr"] {

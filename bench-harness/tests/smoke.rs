@@ -251,6 +251,48 @@ fn breakpoint_cost() {
     svg_ok(&dir.join("bpcost.svg"));
 }
 
+/// `brr --quick`: the brr crate's experiment, then the same microbenchmark
+/// under the software tracer, in one comparison table.
+#[test]
+fn brr_and_the_tracer_compared() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if tools_present().is_none() || tools::require("musl-gcc").is_none() {
+        return;
+    }
+    let results = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("smoke-results")
+        .join("brr");
+    let _ = std::fs::remove_dir_all(&results);
+    let out = Command::new(env!("CARGO_BIN_EXE_bench-harness"))
+        .args(["brr", "--quick", "--cache"])
+        .arg(cache())
+        .arg("--results")
+        .arg(&results)
+        .output()
+        .expect("bench-harness runs");
+    assert!(
+        out.status.success(),
+        "bench-harness brr --quick failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = read_csv(&results.join("brr").join("comparison.csv"));
+    let method = column(&rows, "method");
+    let overlap = column(&rows, "edge-profile overlap");
+    let tracer: Vec<_> = rows[1..]
+        .iter()
+        .filter(|r| r[method] == "software branch tracer")
+        .collect();
+    assert!(!tracer.is_empty(), "no tracer row: {rows:?}");
+    for r in &tracer {
+        let o = num(&r[overlap]);
+        assert!(o > 0.5 && o <= 1.0, "tracer overlap out of range: {r:?}");
+    }
+    assert!(
+        rows[1..].iter().any(|r| r[method] == "branch-on-random"),
+        "no brr row: {rows:?}"
+    );
+}
+
 #[test]
 fn bad_arguments_are_named() {
     let out = Command::new(env!("CARGO_BIN_EXE_bench-harness"))
