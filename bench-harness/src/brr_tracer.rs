@@ -56,13 +56,8 @@ fn build(dir: &Path) -> Result<PathBuf> {
 fn exact_profile(binary: &Path, args: &[String], dir: &Path) -> Result<EdgeProfile> {
     let valgrind = runner::require_tool("valgrind", "valgrind")?;
     let out = dir.join("callgrind.out");
-    let mut cmd = Cmd::new(valgrind).args([
-        "--tool=callgrind",
-        "--dump-instr=yes",
-        "--collect-jumps=yes",
-    ]);
-    cmd = cmd
-        .arg(format!("--callgrind-out-file={}", out.display()))
+    let cmd = Cmd::new(valgrind)
+        .args(callgrind::valgrind_args(&out))
         .arg(binary.as_os_str())
         .args(args);
     runner::run(&cmd)?;

@@ -92,6 +92,21 @@ impl ObjectProfile {
     }
 }
 
+/// The valgrind arguments that make the exact reference this module reads:
+/// per-instruction counts and conditional and unconditional jump counts,
+/// written to `out`.
+pub fn valgrind_args(out: &Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = [
+        "--tool=callgrind",
+        "--dump-instr=yes",
+        "--collect-jumps=yes",
+    ]
+    .map(Into::into)
+    .to_vec();
+    args.push(format!("--callgrind-out-file={}", out.display()).into());
+    args
+}
+
 /// A whole callgrind file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Profile {
@@ -617,12 +632,7 @@ fn=(3)
         tools::compile_c(&clang, &[&source], &binary, &[]).unwrap();
         let out = dir.join("callgrind.out");
         let status = std::process::Command::new(valgrind)
-            .args([
-                "--tool=callgrind",
-                "--dump-instr=yes",
-                "--collect-jumps=yes",
-            ])
-            .arg(format!("--callgrind-out-file={}", out.display()))
+            .args(valgrind_args(&out))
             .arg(&binary)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -54,16 +54,7 @@ pub fn reference(ws: &Workspace, w: &Workload, input: Input) -> Result<Reference
     let fresh = out.is_file() && std::fs::read_to_string(&key_file).ok().as_deref() == Some(&key);
     if !fresh {
         eprintln!("[quality] {}: running callgrind (slow: ~50x)", w.name());
-        let args = [
-            "--tool=callgrind",
-            "--dump-instr=yes",
-            "--collect-jumps=yes",
-        ]
-        .map(Into::into)
-        .into_iter()
-        .chain([format!("--callgrind-out-file={}", out.display()).into()])
-        .collect::<Vec<_>>();
-        runner::run(&cmd.wrapped(&valgrind, &args))?;
+        runner::run(&cmd.wrapped(&valgrind, &callgrind::valgrind_args(&out)))?;
         std::fs::write(&key_file, &key)?;
     }
     let profile = callgrind::parse_file(&out).map_err(|e| anyhow::anyhow!("{e}"))?;

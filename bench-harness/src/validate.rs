@@ -432,12 +432,7 @@ mod tests {
         tools::compile_c(&clang, &[&source], &binary, &["-fPIE", "-pie"]).unwrap();
         let out = dir.join("callgrind.out");
         let status = std::process::Command::new(valgrind)
-            .args([
-                "--tool=callgrind",
-                "--dump-instr=yes",
-                "--collect-jumps=yes",
-            ])
-            .arg(format!("--callgrind-out-file={}", out.display()))
+            .args(callgrind::valgrind_args(&out))
             .arg(&binary)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
