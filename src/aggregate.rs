@@ -8,11 +8,8 @@
 //! branch at its end — the range rule llvm-profgen and create_llvm_prof use.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
-use crate::buffer::{BranchEntry, BufferPool, TraceBuffer, TraceEnd};
+use crate::buffer::{BranchEntry, BufferPool, TraceBuffer};
 
 /// Distinct traces kept for perf.script; past it, traces still count in
 /// ranges and branches, and `trace_table_full` says how many were left out
@@ -72,24 +69,12 @@ impl Aggregate {
     }
 }
 
-/// Counts of how traces ended, as the worker saw them.
-#[derive(Default, Clone, Copy)]
-pub struct EndCounts {
-    pub complete: u64,
-    pub aborted: u64,
-}
-
 /// Drains full buffers into `agg` and hands them back to the free queue.
-pub fn drain(pool: &BufferPool, agg: &mut Aggregate, ends: &mut EndCounts) -> usize {
+/// Returns how many buffers it took (the worker sleeps when none).
+pub fn drain(pool: &BufferPool, agg: &mut Aggregate) -> usize {
     let mut n = 0;
     while let Some(mut buffer) = pool.full.pop() {
-        for (entries, end) in buffer.traces() {
-            agg.add_trace(entries);
-            match end {
-                TraceEnd::Complete => ends.complete += 1,
-                TraceEnd::Aborted(_) => ends.aborted += 1,
-            }
-        }
+        agg.add_buffer(&buffer);
         buffer.clear();
         // The pool made this buffer, so there is room for it.
         let _ = pool.free.push(buffer);
@@ -98,24 +83,10 @@ pub fn drain(pool: &BufferPool, agg: &mut Aggregate, ends: &mut EndCounts) -> us
     n
 }
 
-/// The worker thread: aggregates full buffers until told to stop, then
-/// drains what is left and returns the aggregate.
-pub fn run_worker(pool: Arc<BufferPool>, stop: Arc<AtomicBool>, mut agg: Aggregate) -> Aggregate {
-    let mut ends = EndCounts::default();
-    loop {
-        let stopping = stop.load(Ordering::Acquire);
-        if drain(&pool, &mut agg, &mut ends) == 0 {
-            if stopping {
-                return agg;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::buffer::TraceEnd;
 
     fn e(from: u64, to: u64) -> BranchEntry {
         BranchEntry { from, to }
@@ -136,15 +107,15 @@ mod tests {
 
     #[test]
     fn workers_return_buffers_to_the_pool() {
-        let pool = Arc::new(BufferPool::new());
+        let pool = BufferPool::new();
         pool.grow(1);
         let mut b = pool.free.pop().unwrap();
         b.open_trace();
         b.push(e(1, 2));
         b.close_trace(TraceEnd::Complete);
         pool.full.push(b).ok().unwrap();
-        let stop = Arc::new(AtomicBool::new(true));
-        let agg = run_worker(pool.clone(), stop, Aggregate::default());
+        let mut agg = Aggregate::default();
+        assert_eq!(drain(&pool, &mut agg), 1);
         assert_eq!(agg.traces_seen, 1);
         assert_eq!(pool.free.len(), 1);
         assert!(pool.free.pop().unwrap().is_empty());

@@ -254,13 +254,12 @@ fn worker(
     mark_own_thread();
     let _ = ready.send(());
     let mut agg = Aggregate::default();
-    let mut ends = aggregate::EndCounts::default();
     let mut seen: Vec<Module> = Vec::new();
     let mut last_maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let mut last_check = sys::now_ns();
     loop {
         let stopping = stop.load(Ordering::Acquire);
-        let drained = aggregate::drain(&tracer.pool, &mut agg, &mut ends);
+        let drained = aggregate::drain(&tracer.pool, &mut agg);
         if sys::now_ns() - last_check > 200_000_000 {
             last_check = sys::now_ns();
             if let Ok(text) = std::fs::read_to_string("/proc/self/maps") {
