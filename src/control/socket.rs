@@ -125,6 +125,17 @@ pub fn serve(listener: UnixListener) {
         match stream {
             Ok(s) => serve_one(s),
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            // The application closed our descriptor (daemons close every
+            // fd above 2): the socket is gone, so is the control thread.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EBADF | libc::ENOTSOCK | libc::EINVAL)
+                ) =>
+            {
+                return
+            }
+            // Out of descriptors or memory for a moment: try again later.
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
     }
