@@ -484,12 +484,7 @@ fn absolute(p: &std::path::Path) -> PathBuf {
 
 fn write(state: &mut ControlState, u: Unwritten) -> Result<String, StopError> {
     match output::write_session(&u.report, &u.agg, &u.modules) {
-        Ok(_) => Ok(
-            std::fs::read_to_string(u.report.output_dir.join("summary.json"))
-                .unwrap_or_default()
-                .trim_end()
-                .to_string(),
-        ),
+        Ok(summary) => Ok(summary),
         Err(e) => {
             state.unwritten = Some(u);
             Err(StopError::Write(e))

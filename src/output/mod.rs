@@ -76,12 +76,12 @@ fn module_file_stem(module: &Module, used: &mut Vec<String>) -> String {
 }
 
 /// Writes all outputs of a session into `report.output_dir`; returns the
-/// file names written.
+/// text of summary.json (the `stop` reply), without its final newline.
 pub fn write_session(
     report: &SessionReport,
     agg: &Aggregate,
     modules: &[Module],
-) -> Result<Vec<String>, WriteError> {
+) -> Result<String, WriteError> {
     let dir = &report.output_dir;
     std::fs::create_dir_all(dir).map_err(|source| WriteError {
         path: dir.clone(),
@@ -184,8 +184,7 @@ pub fn write_session(
         j.item_str(f);
     }
     j.end_array().end_object();
-    let mut text = j.finish();
-    text.push('\n');
-    write_atomic(dir, "summary.json", text.as_bytes())?;
-    Ok(files)
+    let text = j.finish();
+    write_atomic(dir, "summary.json", format!("{text}\n").as_bytes())?;
+    Ok(text)
 }
