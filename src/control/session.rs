@@ -18,6 +18,7 @@ use crate::aggregate::{self, Aggregate};
 use crate::buffer::AbortReason;
 use crate::decode;
 use crate::modules::{self, Module};
+use crate::output::formats::Json;
 use crate::output::{self, SessionReport};
 use crate::sys;
 use crate::trace::exec_map::MemoryLayout;
@@ -347,13 +348,16 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer.running.store(true, Ordering::Release);
     drop(registry);
 
-    let reply = format!(
-        "{{\"state\":\"running\",\"event\":\"{}\",\"lbr\":{},\"threads\":{},\"output_dir\":\"{}\"}}",
-        resolved.event.name(),
-        resolved.lbr,
-        registered,
-        resolved.output.display()
-    );
+    let mut reply = Json::new();
+    reply
+        .begin_object(None)
+        .str("state", "running")
+        .str("event", resolved.event.name())
+        .num("lbr", resolved.lbr as u64)
+        .num("threads", registered)
+        .str("output_dir", &resolved.output.to_string_lossy())
+        .end_object();
+    let reply = reply.finish();
     state.running = Some(Running {
         resolved,
         started_ns: sys::now_ns(),
@@ -495,32 +499,35 @@ fn write(state: &mut ControlState, u: Unwritten) -> Result<String, StopError> {
 /// Live state and counters, one JSON line.
 pub fn status() -> String {
     let guard = CONTROL.lock();
+    let mut j = Json::new();
+    j.begin_object(None);
     let running = guard.as_ref().and_then(|s| s.running.as_ref());
     let Some(run) = running else {
         let unwritten = guard.as_ref().is_some_and(|s| s.unwritten.is_some());
-        return format!("{{\"state\":\"off\",\"unwritten_session\":{unwritten}}}");
+        j.str("state", "off")
+            .bool("unwritten_session", unwritten)
+            .end_object();
+        return j.finish();
     };
     let tracer = trace::tracer_or_init();
     let c = tracer.totals();
-    format!(
-        "{{\"state\":\"running\",\"event\":\"{}\",\"lbr\":{},\"output_dir\":\"{}\",\"elapsed_ns\":{},\"threads\":{},\
-         \"samples\":{},\"traces_started\":{},\"traces_completed\":{},\"traces_aborted\":{},\"entries_recorded\":{},\
-         \"breakpoints\":{},\"buffer_swaps\":{},\"no_free_buffer\":{},\"handler_ns\":{}}}",
-        run.resolved.event.name(),
-        run.resolved.lbr,
-        run.resolved.output.display(),
-        sys::now_ns() - run.started_ns,
-        tracer.threads_registered.load(Ordering::Relaxed),
-        c.samples,
-        c.traces_started,
-        c.traces_completed,
-        c.aborted(),
-        c.entries_recorded,
-        c.breakpoints,
-        c.buffer_swaps,
-        c.no_free_buffer,
-        c.sampling_ns + c.breakpoint_ns
-    )
+    j.str("state", "running")
+        .str("event", run.resolved.event.name())
+        .num("lbr", run.resolved.lbr as u64)
+        .str("output_dir", &run.resolved.output.to_string_lossy())
+        .num("elapsed_ns", sys::now_ns() - run.started_ns)
+        .num("threads", tracer.threads_registered.load(Ordering::Relaxed))
+        .num("samples", c.samples)
+        .num("traces_started", c.traces_started)
+        .num("traces_completed", c.traces_completed)
+        .num("traces_aborted", c.aborted())
+        .num("entries_recorded", c.entries_recorded)
+        .num("breakpoints", c.breakpoints)
+        .num("buffer_swaps", c.buffer_swaps)
+        .num("no_free_buffer", c.no_free_buffer)
+        .num("handler_ns", c.sampling_ns + c.breakpoint_ns)
+        .end_object();
+    j.finish()
 }
 
 /// In the child of a fork: no events, no worker, no holder of any lock.

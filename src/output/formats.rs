@@ -220,6 +220,12 @@ impl Json {
         }
     }
 
+    pub fn bool(&mut self, k: &str, v: bool) -> &mut Self {
+        self.key(k);
+        self.out.push_str(if v { "true" } else { "false" });
+        self
+    }
+
     pub fn str(&mut self, k: &str, v: &str) -> &mut Self {
         self.key(k);
         self.string_raw(v);
@@ -331,7 +337,8 @@ mod tests {
         j.begin_object(None)
             .str("p", "a\"b\\c\n")
             .num("n", 3)
-            .opt_num("x", None);
+            .opt_num("x", None)
+            .bool("b", true);
         j.begin_array("files")
             .item_str("f1")
             .item_str("f2")
@@ -342,7 +349,7 @@ mod tests {
             .end_object();
         assert_eq!(
             j.finish(),
-            r#"{"p":"a\"b\\c\n","n":3,"x":null,"files":["f1","f2"],"o":{"k":1}}"#
+            r#"{"p":"a\"b\\c\n","n":3,"x":null,"b":true,"files":["f1","f2"],"o":{"k":1}}"#
         );
     }
 }
