@@ -316,8 +316,16 @@ pub fn perf_event_paranoid() -> Option<i32> {
         .ok()
 }
 
-/// The uid of the peer of a connected Unix socket (SO_PEERCRED).
-pub fn peer_uid(fd: &impl AsRawFd) -> Result<u32, Errno> {
+/// Who is at the other end of a connected Unix socket (SO_PEERCRED): the
+/// process that connected, or for a client, the one that listened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCred {
+    pub pid: i32,
+    pub uid: u32,
+}
+
+/// The credentials of the peer of a connected Unix socket.
+pub fn peer_cred(fd: &impl AsRawFd) -> Result<PeerCred, Errno> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -335,12 +343,142 @@ pub fn peer_uid(fd: &impl AsRawFd) -> Result<u32, Errno> {
         )
     };
     check(ret as libc::c_long)?;
-    Ok(cred.uid)
+    Ok(PeerCred {
+        pid: cred.pid,
+        uid: cred.uid,
+    })
 }
 
 pub fn getuid() -> u32 {
     // SAFETY: getuid cannot fail.
     unsafe { libc::getuid() }
+}
+
+/// The effective uid: the owner of the files and sockets this process
+/// creates, and the uid SO_PEERCRED reports for it.
+pub fn geteuid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// "name (uid N)", or "uid N" when the user database has no such user.
+/// Not for handlers: getpwuid_r may load NSS modules.
+pub fn describe_user(uid: u32) -> String {
+    // SAFETY: passwd is plain data; zero is a valid value.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    let mut buffer = [0 as libc::c_char; 1024];
+    // SAFETY: every pointer is valid for the sizes given; the name is read
+    // only when getpwuid_r says it filled `entry`.
+    let name = unsafe {
+        let ret = libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        );
+        (ret == 0 && !found.is_null() && !entry.pw_name.is_null()).then(|| {
+            std::ffi::CStr::from_ptr(entry.pw_name)
+                .to_string_lossy()
+                .into_owned()
+        })
+    };
+    match name {
+        Some(name) => format!("{name} (uid {uid})"),
+        None => format!("uid {uid}"),
+    }
+}
+
+/// Creates a listening Unix stream socket at `path` whose file is mode 0600
+/// from the moment it exists: the socket inode's mode is set before bind,
+/// which creates the file with that mode (less the umask). A chmod after
+/// bind would leave a window in which others could connect.
+pub fn bind_private_unix(
+    path: &std::path::Path,
+) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; zero is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "a socket path must be shorter than {} bytes and hold no NUL",
+                addr.sun_path.len()
+            ),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: socket takes no pointers; the fd is owned at once.
+    let fd = check(
+        unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) }
+            as libc::c_long,
+    )
+    .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
+    // SAFETY: fd was just returned by socket and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let io = |ret: libc::c_int| {
+        check(ret as libc::c_long)
+            .map(drop)
+            .map_err(|e| std::io::Error::from_raw_os_error(e.0))
+    };
+    // SAFETY: fchmod on our own socket fd changes its inode's mode only.
+    io(unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) })?;
+    let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
+    // SAFETY: addr is a valid sockaddr_un of at least `len` bytes.
+    io(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    })?;
+    // SAFETY: listen on our own bound socket.
+    io(unsafe { libc::listen(fd.as_raw_fd(), 128) })?;
+    Ok(std::os::unix::net::UnixListener::from(fd))
+}
+
+/// Waits for events on `fds` for at most `timeout_ms` (-1: no limit).
+/// Returns how many entries have events; EINTR counts as none.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, Errno> {
+    // SAFETY: fds is a valid slice of pollfd of the length given.
+    let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    match check(ret as libc::c_long) {
+        Ok(n) => Ok(n as usize),
+        Err(Errno(libc::EINTR)) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends bytes on a connected socket without blocking and without raising
+/// SIGPIPE when the peer has gone. Returns how many were sent.
+pub fn send_nonblocking(fd: &impl AsRawFd, bytes: &[u8]) -> Result<usize, Errno> {
+    // SAFETY: bytes is a valid readable slice.
+    let ret = unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    check(ret as libc::c_long).map(|n| n as usize)
+}
+
+/// The (device, inode) of an open descriptor: tells whether a descriptor
+/// number still names the object it named before (an application that
+/// closes every fd may have reused the number).
+pub fn fd_identity(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: stat is plain data; zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out-pointer; fstat only reads the fd.
+    let ret = unsafe { libc::fstat(fd, &mut st) };
+    (ret == 0).then_some((st.st_dev, st.st_ino))
 }
 
 /// Registers fork handlers (pthread_atfork).

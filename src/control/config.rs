@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use perf_event_open_sys::bindings as pb;
 
+use crate::output::dir::OutputDir;
 use crate::trace::threads::SamplingEvent;
 use crate::trace::DataflowMode;
 
@@ -30,12 +31,17 @@ pub enum ConfigError {
     LbrRange(String),
     #[error("give a period or a frequency, not both")]
     PeriodAndFreq,
-    #[error("unknown option '{0}' (known: event, period, freq, lbr, out, dataflow)")]
+    #[error("unknown option '{0}' (known: event, period, freq, lbr, out, dataflow, force_dir)")]
     UnknownOption(String),
     #[error("dataflow must be on, off or verify, got '{0}'")]
     Dataflow(String),
-    #[error("output directory {0}: {1}")]
-    Output(String, String),
+    #[error("force_dir must be 1 or 0, got '{0}'")]
+    ForceDir(String),
+    #[error("'stop' takes only out=DIR and force_dir=1, got '{0}'")]
+    StopOption(String),
+    /// The output directory was refused: the whole message.
+    #[error("{0}")]
+    Output(String),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +105,8 @@ pub struct Options {
     pub lbr: Option<usize>,
     pub output: Option<PathBuf>,
     pub dataflow: Option<DataflowMode>,
+    /// Write into an output directory of another user.
+    pub force_dir: bool,
 }
 
 fn positive(what: &'static str, v: &str) -> Result<u64, ConfigError> {
@@ -109,7 +117,8 @@ fn positive(what: &'static str, v: &str) -> Result<u64, ConfigError> {
 }
 
 impl Options {
-    /// Sets one option by name (`event`, `period`, `freq`, `lbr`, `out`).
+    /// Sets one option by name (`event`, `period`, `freq`, `lbr`, `out`,
+    /// `dataflow`, `force_dir`).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         match key {
             "event" => self.event = Some(EventKind::parse(value)?),
@@ -133,6 +142,13 @@ impl Options {
                     "verify" => DataflowMode::Verify,
                     _ => return Err(ConfigError::Dataflow(value.to_string())),
                 })
+            }
+            "force_dir" => {
+                self.force_dir = match value {
+                    "1" => true,
+                    "0" => false,
+                    _ => return Err(ConfigError::ForceDir(value.to_string())),
+                }
             }
             _ => return Err(ConfigError::UnknownOption(key.to_string())),
         }
@@ -164,6 +180,7 @@ impl Options {
             ("BREAKDANCE_LBR", "lbr"),
             ("BREAKDANCE_OUTPUT", "out"),
             ("BREAKDANCE_DATAFLOW", "dataflow"),
+            ("BREAKDANCE_FORCE_DIR", "force_dir"),
         ] {
             if let Some(v) = get(var).filter(|v| !v.is_empty()) {
                 o.set(key, &v)?;
@@ -171,6 +188,40 @@ impl Options {
         }
         Ok(o)
     }
+}
+
+/// Where a `stop` writes: `out=DIR` sends a session's outputs (or the data
+/// an earlier stop could not write) somewhere else than the session's
+/// directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StopOptions {
+    pub output: Option<PathBuf>,
+    pub force_dir: bool,
+}
+
+impl StopOptions {
+    /// Parses the `key=value` words of a `stop` request.
+    pub fn parse_words(words: &str) -> Result<StopOptions, ConfigError> {
+        let o = Options::parse_words(words)?;
+        let stray = Options {
+            output: None,
+            force_dir: false,
+            ..o.clone()
+        };
+        if stray != Options::default() {
+            return Err(ConfigError::StopOption(words.trim().to_string()));
+        }
+        Ok(StopOptions {
+            output: o.output.map(|p| absolute(&p)),
+            force_dir: o.force_dir,
+        })
+    }
+}
+
+/// `p` made absolute against the current directory (without resolving
+/// symlinks: the directory is checked when it is opened).
+pub fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// Options resolved against the machine.
@@ -181,7 +232,9 @@ pub struct Resolved {
     pub period: Option<u64>,
     pub freq: Option<u64>,
     pub lbr: usize,
+    /// Absolute, so that a stop writes where start checked.
     pub output: PathBuf,
+    pub force_dir: bool,
     pub dataflow: DataflowMode,
 }
 
@@ -203,11 +256,12 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
         (_, Some(f)) => (None, Some(f)),
         (p, None) => (Some(p.unwrap_or(default_period)), None),
     };
-    let output = o
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_OUTPUT));
-    check_output_dir(&output)?;
+    let output = absolute(
+        o.output
+            .as_deref()
+            .unwrap_or_else(|| Path::new(DEFAULT_OUTPUT)),
+    );
+    check_output_dir(&output, o.force_dir)?;
     Ok(Resolved {
         event,
         sampling: SamplingEvent {
@@ -220,18 +274,18 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
         freq,
         lbr: o.lbr.unwrap_or(DEFAULT_LBR),
         output,
+        force_dir: o.force_dir,
         dataflow: o.dataflow.unwrap_or(DataflowMode::On),
     })
 }
 
-/// Creates the directory if needed and proves it writable.
-pub fn check_output_dir(dir: &Path) -> Result<(), ConfigError> {
-    let err = |e: std::io::Error| ConfigError::Output(dir.display().to_string(), e.to_string());
-    std::fs::create_dir_all(dir).map_err(err)?;
-    let probe = dir.join(format!(".breakdance-probe.{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(err)?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
+/// Creates the directory if needed (mode 0700), checks who owns it and
+/// proves it writable (see `output::dir`).
+pub fn check_output_dir(dir: &Path, force: bool) -> Result<(), ConfigError> {
+    let opened = OutputDir::open(dir, force).map_err(|e| ConfigError::Output(e.to_string()))?;
+    opened
+        .probe()
+        .map_err(|e| ConfigError::Output(e.to_string()))
 }
 
 #[cfg(test)]
@@ -268,6 +322,11 @@ mod tests {
             Options::parse_words("speed=5"),
             Err(ConfigError::UnknownOption("speed".into()))
         );
+        assert_eq!(
+            Options::parse_words("force_dir=yes"),
+            Err(ConfigError::ForceDir("yes".into()))
+        );
+        assert!(Options::parse_words("force_dir=1").unwrap().force_dir);
         assert!(ConfigError::UnknownEvent("x".into())
             .to_string()
             .contains("unknown event 'x'"));
@@ -296,6 +355,25 @@ mod tests {
             ..Options::default()
         };
         assert!(matches!(resolve(&o, false), Err(ConfigError::Output(..))));
+    }
+
+    #[test]
+    fn stop_takes_only_a_directory() {
+        assert_eq!(
+            StopOptions::parse_words("").unwrap(),
+            StopOptions::default()
+        );
+        let o = StopOptions::parse_words("out=/x/y force_dir=1").unwrap();
+        assert_eq!(o.output, Some(PathBuf::from("/x/y")));
+        assert!(o.force_dir);
+        assert_eq!(
+            StopOptions::parse_words("lbr=4"),
+            Err(ConfigError::StopOption("lbr=4".into()))
+        );
+        assert!(matches!(
+            StopOptions::parse_words("now"),
+            Err(ConfigError::UnknownOption(_))
+        ));
     }
 
     #[test]

@@ -8,7 +8,6 @@
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -25,7 +24,7 @@ use crate::trace::exec_map::MemoryLayout;
 use crate::trace::threads::{self, RegisterError, SamplingEvent};
 use crate::trace::{self, chain, handler, Tracer};
 
-use super::config::{self, Options, Resolved};
+use super::config::{self, Options, Resolved, StopOptions};
 
 /// A lock a fork child can reset.
 pub struct SpinLock<T> {
@@ -136,6 +135,8 @@ struct Unwritten {
     report: SessionReport,
     agg: Aggregate,
     modules: Vec<Module>,
+    /// Whether `report.output_dir` may belong to another user.
+    force_dir: bool,
 }
 
 #[derive(Default)]
@@ -166,7 +167,10 @@ pub enum StartError {
 pub enum StopError {
     #[error("no session is running")]
     NotRunning,
-    #[error("{0}; the session's data is kept: send stop again to retry")]
+    #[error(
+        "{0}; the session's data is kept: send stop again to retry, or stop with out=DIR \
+         (profiler-ctl stop -o DIR) to write it elsewhere"
+    )]
     Write(#[from] output::WriteError),
 }
 
@@ -409,14 +413,29 @@ fn command_line() -> String {
         .unwrap_or_default()
 }
 
-/// Stops the session and writes its outputs. Returns summary.json's text.
+/// Stops the session and writes its outputs into its directory. Returns
+/// summary.json's text.
 pub fn stop() -> Result<String, StopError> {
+    stop_into(&StopOptions::default())
+}
+
+/// Stops the session, or takes the data an earlier stop could not write,
+/// and writes the outputs into `options.output` if given, else into the
+/// session's directory. Returns summary.json's text.
+pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
     let mut guard = CONTROL.lock();
     let state = guard.get_or_insert_with(ControlState::default);
+    let redirect = |u: &mut Unwritten| {
+        if let Some(dir) = &options.output {
+            u.report.output_dir = dir.clone();
+            u.force_dir = options.force_dir;
+        }
+    };
     let Some(running) = state.running.take() else {
-        let Some(unwritten) = state.unwritten.take() else {
+        let Some(mut unwritten) = state.unwritten.take() else {
             return Err(StopError::NotRunning);
         };
+        redirect(&mut unwritten);
         return write(state, unwritten);
     };
     let tracer = trace::tracer_or_init();
@@ -453,7 +472,7 @@ pub fn stop() -> Result<String, StopError> {
     let report = SessionReport {
         pid: sys::getpid(),
         command: command_line(),
-        output_dir: absolute(&r.output),
+        output_dir: r.output.clone(),
         event: r.event.name().to_string(),
         period: r.period,
         freq: r.freq,
@@ -464,14 +483,14 @@ pub fn stop() -> Result<String, StopError> {
         counters,
         thread_table_full: tracer.table_full.load(Ordering::Relaxed),
     };
-    write(
-        state,
-        Unwritten {
-            report,
-            agg,
-            modules: unique,
-        },
-    )
+    let mut unwritten = Unwritten {
+        report,
+        agg,
+        modules: unique,
+        force_dir: r.force_dir,
+    };
+    redirect(&mut unwritten);
+    write(state, unwritten)
 }
 
 fn dataflow_name(mode: trace::DataflowMode) -> &'static str {
@@ -482,12 +501,8 @@ fn dataflow_name(mode: trace::DataflowMode) -> &'static str {
     }
 }
 
-fn absolute(p: &std::path::Path) -> PathBuf {
-    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
 fn write(state: &mut ControlState, u: Unwritten) -> Result<String, StopError> {
-    match output::write_session(&u.report, &u.agg, &u.modules) {
+    match output::write_session(&u.report, &u.agg, &u.modules, u.force_dir) {
         Ok(summary) => Ok(summary),
         Err(e) => {
             state.unwritten = Some(u);

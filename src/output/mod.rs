@@ -2,12 +2,13 @@
 //! perf.script, one AutoFDO text and one BOLT profile per module with
 //! samples, and summary.json. Every file is written to a temporary name in
 //! the output directory and renamed into place, so a reader never sees half
-//! a file and a failed write leaves the previous file intact.
+//! a file and a failed write leaves the previous file intact; `dir` says
+//! how the directory and the names are kept out of other users' reach.
 
+pub mod dir;
 pub mod formats;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::aggregate::Aggregate;
 use crate::buffer::AbortReason;
@@ -16,13 +17,13 @@ use crate::trace::counters::CounterValues;
 
 use formats::Json;
 
-/// A failed write, naming the file.
+/// A failed write: the directory refused, or a file, named.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write {}: {source}", path.display())]
-pub struct WriteError {
-    pub path: PathBuf,
-    #[source]
-    pub source: std::io::Error,
+pub enum WriteError {
+    #[error(transparent)]
+    Dir(#[from] dir::DirError),
+    #[error(transparent)]
+    File(#[from] dir::FileError),
 }
 
 /// What summary.json reports besides the aggregate.
@@ -41,26 +42,6 @@ pub struct SessionReport {
     pub thread_table_full: u64,
 }
 
-/// Writes `contents` to `dir/name` atomically.
-pub fn write_atomic(dir: &Path, name: &str, contents: &[u8]) -> Result<(), WriteError> {
-    let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let err = |source| WriteError {
-        path: path.clone(),
-        source,
-    };
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(contents)?;
-        f.sync_data()?;
-        std::fs::rename(&tmp, &path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(err)
-}
-
 /// File names for a module's profiles: its basename, made unique when two
 /// modules share one.
 fn module_file_stem(module: &Module, used: &mut Vec<String>) -> String {
@@ -75,43 +56,51 @@ fn module_file_stem(module: &Module, used: &mut Vec<String>) -> String {
     stem
 }
 
-/// Writes all outputs of a session into `report.output_dir`; returns the
-/// text of summary.json (the `stop` reply), without its final newline.
+/// Writes all outputs of a session into `report.output_dir` (`force`: even
+/// when it belongs to another user); returns the text of summary.json (the
+/// `stop` reply), without its final newline. Every name is checked before
+/// the first file is written, so a refusal leaves the directory as it was.
 pub fn write_session(
     report: &SessionReport,
     agg: &Aggregate,
     modules: &[Module],
+    force: bool,
 ) -> Result<String, WriteError> {
-    let dir = &report.output_dir;
-    std::fs::create_dir_all(dir).map_err(|source| WriteError {
-        path: dir.clone(),
-        source,
-    })?;
-    let mut files = Vec::new();
-    write_atomic(
-        dir,
+    let dir = dir::OutputDir::open(&report.output_dir, force)?;
+    let mut used = Vec::new();
+    let mut profiles = Vec::new();
+    for m in modules {
+        let p = formats::module_profile(agg, m);
+        if !p.is_empty() {
+            let stem = module_file_stem(m, &mut used);
+            profiles.push((
+                m,
+                format!("{stem}.afdo.txt"),
+                format!("{stem}.bolt.fdata"),
+                p,
+            ));
+        }
+    }
+    let mut files = vec!["perf.script".to_string()];
+    for (_, afdo, bolt, _) in &profiles {
+        files.push(afdo.clone());
+        files.push(bolt.clone());
+    }
+    files.push("summary.json".to_string());
+    for name in &files {
+        dir.check_replaceable(name)?;
+    }
+
+    dir.write_atomic(
         "perf.script",
         formats::perf_script(agg, modules, report.pid).as_bytes(),
     )?;
-    files.push("perf.script".to_string());
-
-    let mut used = Vec::new();
     let mut module_rows = Vec::new();
-    for m in modules {
-        let p = formats::module_profile(agg, m);
-        if p.is_empty() {
-            continue;
-        }
-        let stem = module_file_stem(m, &mut used);
-        let afdo = format!("{stem}.afdo.txt");
-        let bolt = format!("{stem}.bolt.fdata");
-        write_atomic(dir, &afdo, formats::afdo_text(&p).as_bytes())?;
-        write_atomic(dir, &bolt, formats::bolt_preaggregated(&p).as_bytes())?;
-        files.push(afdo.clone());
-        files.push(bolt.clone());
+    for (m, afdo, bolt, p) in profiles {
+        dir.write_atomic(&afdo, formats::afdo_text(&p).as_bytes())?;
+        dir.write_atomic(&bolt, formats::bolt_preaggregated(&p).as_bytes())?;
         module_rows.push((m, afdo, bolt, p.branch_count()));
     }
-    files.push("summary.json".to_string());
 
     let c = &report.counters;
     let mut j = Json::new();
@@ -185,6 +174,6 @@ pub fn write_session(
     }
     j.end_array().end_object();
     let text = j.finish();
-    write_atomic(dir, "summary.json", format!("{text}\n").as_bytes())?;
+    dir.write_atomic("summary.json", format!("{text}\n").as_bytes())?;
     Ok(text)
 }
