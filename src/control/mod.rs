@@ -5,4 +5,5 @@ pub mod config;
 pub mod preload;
 pub mod session;
 pub mod socket;
+pub mod socket_path;
 pub mod terminate;

@@ -16,6 +16,7 @@ use crate::sys;
 use crate::trace::chain;
 
 use super::config::Options;
+use super::socket_path::{self, BindError, SocketDirError, SocketPlace};
 use super::{session, socket, terminate};
 
 static SOCKET_PATH: OnceLock<PathBuf> = OnceLock::new();
@@ -41,17 +42,17 @@ fn preloaded() -> bool {
     env("LD_PRELOAD").is_some_and(|p| p.contains("libbreakdance"))
 }
 
-/// Where the control socket goes: BREAKDANCE_SOCKET, else a per-pid path.
-fn socket_path() -> (PathBuf, bool) {
-    match env("BREAKDANCE_SOCKET").filter(|s| !s.is_empty()) {
-        Some(p) => (PathBuf::from(p), true),
-        None => (socket::default_path(sys::getpid()), false),
-    }
+/// Where the control socket goes: BREAKDANCE_SOCKET, else a per-pid path
+/// in a private directory (see `socket_path`).
+fn socket_place() -> SocketPlace {
+    socket_path::socket_path(sys::getpid(), sys::geteuid(), env)
 }
 
 fn start_control_thread() {
-    let (path, explicit) = socket_path();
-    match socket::bind(&path) {
+    let place = socket_place();
+    let path = place.path();
+    let explicit = matches!(place, SocketPlace::Explicit(_));
+    match place.bind() {
         Ok(listener) => {
             SOCKET_OWNER.store(sys::getpid(), Ordering::Release);
             let _ = SOCKET_PATH.set(path);
@@ -76,7 +77,11 @@ fn start_control_thread() {
             }
         }
         // The default path is printed nowhere unless asked; a path the user
-        // chose that cannot be bound is worth a line.
+        // chose that cannot be bound is worth a line, and so is a default
+        // directory refused as unsafe (someone else may have made it).
+        Err(BindError::Dir(e)) if !matches!(e, SocketDirError::Io { .. }) => {
+            sys::write_stderr(format!("breakdance: no control socket: {e}\n").as_bytes());
+        }
         Err(e) if explicit => {
             sys::write_stderr(
                 format!("breakdance: control socket {}: {e}\n", path.display()).as_bytes(),
@@ -136,7 +141,7 @@ extern "C" fn after_fork_in_child() {
     AUTOSTARTED.store(0, Ordering::Release);
     // A child may be started again through its own per-pid socket; an
     // explicit socket path belongs to the parent.
-    if !socket_path().1 {
+    if !matches!(socket_place(), SocketPlace::Explicit(_)) {
         start_control_thread();
     }
 }

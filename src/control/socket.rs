@@ -4,9 +4,7 @@
 //! `error <message>`.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::sys;
@@ -16,11 +14,6 @@ use super::session;
 
 /// Longest request accepted.
 const MAX_REQUEST: usize = 4096;
-
-/// The default socket path for process `pid`.
-pub fn default_path(pid: i32) -> PathBuf {
-    PathBuf::from(format!("/tmp/breakdance.{pid}.sock"))
-}
 
 /// Answers one request line. Never panics on input.
 pub fn handle_request(line: &str) -> String {
@@ -50,32 +43,9 @@ fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).filter(|c| !c.is_control()).collect()
 }
 
-/// Binds `path`, replacing a stale socket left by a dead process but never
-/// one that answers, nor a file that is not a socket.
-pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "exists and is not a socket",
-            ));
-        }
-        if UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                "another live process listens on it",
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
-    let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
-}
-
 fn serve_one(mut stream: UnixStream) {
-    let uid = sys::getuid();
-    match sys::peer_uid(&stream) {
+    let uid = sys::geteuid();
+    match sys::peer_cred(&stream).map(|p| p.uid) {
         Ok(peer) if peer == uid => {}
         Ok(peer) => {
             let _ = stream.write_all(
@@ -165,20 +135,5 @@ mod tests {
         }
         assert!(handle_request("status").starts_with("ok {\"state\":\"off\""));
         assert!(handle_request("stop").starts_with("error no session is running"));
-    }
-
-    #[test]
-    fn bind_refuses_live_sockets_and_plain_files() {
-        let dir = std::env::temp_dir().join(format!("bd-sock-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("s.sock");
-        let _listener = bind(&path).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        assert!(bind(&path).is_err(), "a live socket must not be replaced");
-        let file = dir.join("plain");
-        std::fs::write(&file, b"x").unwrap();
-        assert!(bind(&file).is_err());
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,0 +1,290 @@
+//! Where the control socket lives, and binding it so that no one else can
+//! take its place or reach it.
+//!
+//! `BREAKDANCE_SOCKET` names it outright. Otherwise it is
+//! `DIR/breakdance.<pid>.sock` in a directory only the process's user can
+//! enter: `$XDG_RUNTIME_DIR` when set, else `$TMPDIR/breakdance-<uid>`
+//! (`/tmp` without TMPDIR), created mode 0700. Either directory is checked
+//! on every use (it must be a real directory, not a symlink, owned by the
+//! effective uid, with no access for group or others) and refused with a
+//! message naming it when it is not: another user who created
+//! `/tmp/breakdance-0` first gets a refusal, not our socket.
+//!
+//! profiler-ctl finds the same path from the program's environment
+//! (`/proc/PID/environ`); both sides follow the rules written here.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+use crate::sys;
+
+/// Why the default socket directory was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketDirError {
+    #[error("control socket directory {}: {source}", dir.display())]
+    Io {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "control socket directory {} is a symlink or not a directory: remove it, or set \
+         BREAKDANCE_SOCKET",
+        dir.display()
+    )]
+    NotADirectory { dir: PathBuf },
+    #[error(
+        "control socket directory {} belongs to {owner}, not to {me}: remove it, or set \
+         XDG_RUNTIME_DIR or BREAKDANCE_SOCKET",
+        dir.display()
+    )]
+    Owner {
+        dir: PathBuf,
+        owner: String,
+        me: String,
+    },
+    #[error(
+        "control socket directory {} has mode {mode:o}, which lets others in: chmod 700 it",
+        dir.display()
+    )]
+    Mode { dir: PathBuf, mode: u32 },
+}
+
+/// A directory only we can enter, held open. Binding through `via`
+/// (`/proc/self/fd/N`) puts the socket in the directory that was checked,
+/// even if its path were renamed away meanwhile.
+pub struct PrivateDir {
+    _dir: File,
+    via: PathBuf,
+}
+
+impl PrivateDir {
+    /// Opens `dir` (creating it mode 0700 first when `create`) and checks it.
+    pub fn open(dir: &Path, create: bool) -> Result<PrivateDir, SocketDirError> {
+        let io = |source| SocketDirError::Io {
+            dir: dir.to_path_buf(),
+            source,
+        };
+        if create {
+            match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io(e)),
+            }
+        }
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dir);
+        let file = match opened {
+            Ok(f) => f,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                return Err(SocketDirError::NotADirectory {
+                    dir: dir.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let meta = file.metadata().map_err(io)?;
+        let me = sys::geteuid();
+        if meta.uid() != me {
+            return Err(SocketDirError::Owner {
+                dir: dir.to_path_buf(),
+                owner: sys::describe_user(meta.uid()),
+                me: sys::describe_user(me),
+            });
+        }
+        if meta.mode() & 0o077 != 0 {
+            return Err(SocketDirError::Mode {
+                dir: dir.to_path_buf(),
+                mode: meta.mode() & 0o7777,
+            });
+        }
+        let via = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        Ok(PrivateDir { _dir: file, via })
+    }
+}
+
+/// The file name of the socket of process `pid`.
+pub fn socket_name(pid: i32) -> String {
+    format!("breakdance.{pid}.sock")
+}
+
+/// An absolute, non-empty value of `var` (relative ones are ignored, as
+/// the XDG base directory rules say).
+fn absolute_var(get: &impl Fn(&str) -> Option<String>, var: &str) -> Option<PathBuf> {
+    get(var).filter(|v| v.starts_with('/')).map(PathBuf::from)
+}
+
+/// Where the control socket of process `pid` goes, read from `get` (the
+/// environment), and whether it was named outright (BREAKDANCE_SOCKET).
+pub fn socket_path(pid: i32, uid: u32, get: impl Fn(&str) -> Option<String>) -> SocketPlace {
+    if let Some(p) = get("BREAKDANCE_SOCKET").filter(|s| !s.is_empty()) {
+        return SocketPlace::Explicit(PathBuf::from(p));
+    }
+    match absolute_var(&get, "XDG_RUNTIME_DIR") {
+        Some(dir) => SocketPlace::Private {
+            dir,
+            name: socket_name(pid),
+            create: false,
+        },
+        None => SocketPlace::Private {
+            dir: absolute_var(&get, "TMPDIR")
+                .unwrap_or_else(|| PathBuf::from("/tmp"))
+                .join(format!("breakdance-{uid}")),
+            name: socket_name(pid),
+            create: true,
+        },
+    }
+}
+
+/// A socket path, and how it must be bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SocketPlace {
+    /// Named by the user: bound where it says.
+    Explicit(PathBuf),
+    /// `dir/name`, with `dir` checked (and created when `create`).
+    Private {
+        dir: PathBuf,
+        name: String,
+        create: bool,
+    },
+}
+
+impl SocketPlace {
+    pub fn path(&self) -> PathBuf {
+        match self {
+            SocketPlace::Explicit(p) => p.clone(),
+            SocketPlace::Private { dir, name, .. } => dir.join(name),
+        }
+    }
+
+    /// Binds the socket (see [`bind_at`]); a default directory that fails
+    /// its checks is refused.
+    pub fn bind(&self) -> Result<UnixListener, BindError> {
+        match self {
+            SocketPlace::Explicit(p) => bind_at(p).map_err(BindError::Socket),
+            SocketPlace::Private { dir, name, create } => {
+                let private = PrivateDir::open(dir, *create)?;
+                bind_at(&private.via.join(name)).map_err(BindError::Socket)
+            }
+        }
+    }
+}
+
+/// Why the control socket was not bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error(transparent)]
+    Dir(#[from] SocketDirError),
+    #[error("{0}")]
+    Socket(std::io::Error),
+}
+
+/// Binds `path` with mode 0600 from the start, replacing a stale socket
+/// left by a dead process but never one that answers, nor a file that is
+/// not a socket.
+pub fn bind_at(path: &Path) -> std::io::Result<UnixListener> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists and is not a socket",
+            ));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "another live process listens on it",
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    sys::bind_private_unix(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("bd-sockdir-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn the_environment_picks_the_place() {
+        assert_eq!(
+            socket_path(7, 0, env(&[("BREAKDANCE_SOCKET", "/s")])).path(),
+            PathBuf::from("/s")
+        );
+        assert_eq!(
+            socket_path(7, 0, env(&[("XDG_RUNTIME_DIR", "/run/user/0")])).path(),
+            PathBuf::from("/run/user/0/breakdance.7.sock")
+        );
+        assert_eq!(
+            socket_path(7, 1000, env(&[("TMPDIR", "/var/tmp")])).path(),
+            PathBuf::from("/var/tmp/breakdance-1000/breakdance.7.sock")
+        );
+        assert_eq!(
+            socket_path(7, 0, env(&[("XDG_RUNTIME_DIR", "run"), ("TMPDIR", "")])).path(),
+            PathBuf::from("/tmp/breakdance-0/breakdance.7.sock")
+        );
+    }
+
+    #[test]
+    fn a_private_directory_is_made_and_checked() {
+        let base = scratch("private");
+        let dir = base.join("breakdance-x");
+        let place = SocketPlace::Private {
+            dir: dir.clone(),
+            name: "s.sock".into(),
+            create: true,
+        };
+        let _listener = place.bind().unwrap();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("s.sock")), 0o600);
+        assert!(place.bind().is_err(), "a live socket must not be replaced");
+
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = place.bind().unwrap_err().to_string();
+        assert!(e.contains("has mode 755"), "{e}");
+        let linked = base.join("linked");
+        std::os::unix::fs::symlink(&dir, &linked).unwrap();
+        let e = PrivateDir::open(&linked, true).err().unwrap().to_string();
+        assert!(e.contains("is a symlink"), "{e}");
+        std::fs::remove_dir_all(base).unwrap();
+    }
+
+    #[test]
+    fn bind_refuses_live_sockets_and_plain_files() {
+        let dir = scratch("bind");
+        let path = dir.join("s.sock");
+        let _listener = bind_at(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(
+            bind_at(&path).is_err(),
+            "a live socket must not be replaced"
+        );
+        let file = dir.join("plain");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(bind_at(&file).is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
