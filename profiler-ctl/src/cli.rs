@@ -2,14 +2,12 @@
 //!
 //! Parsing is pure: it turns the argument list into a [`Command`] or a
 //! [`UsageError`]. Checks that touch the machine (creating the output
-//! directory, looking for a PMU) live in [`prepare_output_dir`] and
+//! directory, looking for a PMU) live in `trust::prepare_output_dir` and
 //! [`check_event_available`] so that `record` can run all of them before it
 //! starts anything.
 
 use std::ffi::OsString;
 use std::fmt;
-use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -64,12 +62,16 @@ pub struct SessionOptions {
     pub lbr: Option<u32>,
     pub output: Option<PathBuf>,
     pub dataflow: Option<&'static str>,
+    /// Write into an output directory that belongs to another user.
+    pub force_dir: bool,
 }
 
 /// Which control socket to talk to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     pub socket: PathBuf,
+    /// With `--pid`: the process that must be serving `socket`.
+    pub pid: Option<u32>,
     pub timeout: Duration,
 }
 
@@ -87,14 +89,10 @@ pub enum Command {
     Help(&'static str),
     Version,
     Start(Target, SessionOptions),
-    Stop(Target),
+    /// Only `output` and `force_dir` are set: where to write instead.
+    Stop(Target, SessionOptions),
     Status(Target),
     Record(RecordArgs),
-}
-
-/// The control socket a library-loaded process with this pid listens on.
-pub fn default_socket(pid: u32) -> PathBuf {
-    PathBuf::from(format!("/tmp/breakdance.{pid}.sock"))
 }
 
 /// Parses the arguments after the program name.
@@ -247,6 +245,10 @@ fn session_flag<'a>(
             }
             session.output = Some(PathBuf::from(dir));
         }
+        "--force-dir" => {
+            Options::no_value(flag)?;
+            session.force_dir = true;
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -343,10 +345,14 @@ fn parse_control(name: &'static str, args: &[OsString]) -> Result<Command, Usage
     let help = subcommand_help(name).expect("control subcommands have help");
     let mut opts = Options::new(args);
     let mut socket: Option<PathBuf> = None;
+    let mut pid_asked = None;
     let mut timeout = DEFAULT_TIMEOUT;
     let mut session = SessionOptions::default();
     while let Some(flag) = opts.flag()? {
-        if name == "start" && session_flag(&mut opts, &flag, &mut session)? {
+        let stop_flag = matches!(flag.name, "-o" | "--output" | "--force-dir");
+        if (name == "start" || name == "stop" && stop_flag)
+            && session_flag(&mut opts, &flag, &mut session)?
+        {
             continue;
         }
         match flag.name {
@@ -366,7 +372,8 @@ fn parse_control(name: &'static str, args: &[OsString]) -> Result<Command, Usage
                         flag.name
                     ));
                 }
-                socket = Some(default_socket(pid));
+                socket = Some(crate::client::default_socket(pid));
+                pid_asked = Some(pid);
             }
             "-s" | "--socket" => {
                 if socket.is_some() {
@@ -398,10 +405,14 @@ fn parse_control(name: &'static str, args: &[OsString]) -> Result<Command, Usage
             "{name}: say which program: --pid PID or --socket PATH"
         ));
     };
-    let target = Target { socket, timeout };
+    let target = Target {
+        socket,
+        pid: pid_asked,
+        timeout,
+    };
     Ok(match name {
         "start" => Command::Start(target, session),
-        "stop" => Command::Stop(target),
+        "stop" => Command::Stop(target, session),
         _ => Command::Status(target),
     })
 }
@@ -426,6 +437,19 @@ pub fn start_request(session: &SessionOptions) -> Result<String, UsageError> {
     if let Some(mode) = session.dataflow {
         line.push_str(&format!(" dataflow={mode}"));
     }
+    push_output(&mut line, session)?;
+    Ok(line)
+}
+
+/// The `stop` request line: `stop`, with `out=DIR` to write elsewhere.
+pub fn stop_request(session: &SessionOptions) -> Result<String, UsageError> {
+    let mut line = String::from("stop");
+    push_output(&mut line, session)?;
+    Ok(line)
+}
+
+/// Adds ` out=DIR` and ` force_dir=1` as given.
+fn push_output(line: &mut String, session: &SessionOptions) -> Result<(), UsageError> {
     if let Some(dir) = &session.output {
         let text = dir
             .to_str()
@@ -437,7 +461,10 @@ pub fn start_request(session: &SessionOptions) -> Result<String, UsageError> {
         }
         line.push_str(&format!(" out={text}"));
     }
-    Ok(line)
+    if session.force_dir {
+        line.push_str(" force_dir=1");
+    }
+    Ok(())
 }
 
 /// Whether this machine exposes a CPU PMU to perf (hardware events work).
@@ -459,31 +486,6 @@ pub fn check_event_available(event: &str, has_pmu: bool) -> Result<(), UsageErro
         ));
     }
     Ok(())
-}
-
-/// Creates the output directory if needed, proves it is writable, and
-/// returns it as an absolute path (the traced program may change directory).
-pub fn prepare_output_dir(dir: &Path) -> Result<PathBuf, UsageError> {
-    let shown = dir.display();
-    fs::create_dir_all(dir)
-        .map_err(|e| UsageError(format!("-o: cannot create output directory '{shown}': {e}")))?;
-    let absolute = fs::canonicalize(dir).map_err(|e| {
-        UsageError(format!(
-            "-o: cannot resolve output directory '{shown}': {e}"
-        ))
-    })?;
-    if !absolute.is_dir() {
-        return usage(format!("-o: '{shown}' is not a directory"));
-    }
-    let probe = absolute.join(format!(".profiler-ctl-probe.{}", std::process::id()));
-    let written = fs::File::create(&probe).and_then(|mut f| f.write_all(b"probe"));
-    let _ = fs::remove_file(&probe);
-    written.map_err(|e| {
-        UsageError(format!(
-            "-o: cannot write in output directory '{shown}': {e}"
-        ))
-    })?;
-    Ok(absolute)
 }
 
 #[cfg(test)]
@@ -651,7 +653,8 @@ mod tests {
         assert!(error(&["stop", "--pid", "1", "-c", "5"]).starts_with("stop: unknown option '-c'"));
         match parse(&args(&["status", "-p", "42"])).unwrap() {
             Command::Status(t) => {
-                assert_eq!(t.socket, PathBuf::from("/tmp/breakdance.42.sock"));
+                assert_eq!(t.socket, crate::client::default_socket(42));
+                assert_eq!(t.pid, Some(42));
                 assert_eq!(t.timeout, DEFAULT_TIMEOUT);
             }
             other => panic!("{other:?}"),
@@ -679,6 +682,7 @@ mod tests {
             panic!("expected start")
         };
         assert_eq!(target.socket, PathBuf::from("/s"));
+        assert_eq!(target.pid, None);
         assert_eq!(
             start_request(&session).unwrap(),
             "start event=task-clock freq=4000 lbr=16 dataflow=verify out=/d"
@@ -692,6 +696,19 @@ mod tests {
             .unwrap_err()
             .0
             .starts_with("-o: '/a b' contains whitespace"));
+    }
+
+    #[test]
+    fn stop_may_write_elsewhere() {
+        let cmd = parse(&args(&["stop", "-s", "/s", "-o", "/d", "--force-dir"])).unwrap();
+        let Command::Stop(_, session) = cmd else {
+            panic!("expected stop")
+        };
+        assert_eq!(stop_request(&session).unwrap(), "stop out=/d force_dir=1");
+        assert!(error(&["stop", "-s", "/s", "--force-dir=yes"])
+            .starts_with("--force-dir takes no value"));
+        let record = record(&["--force-dir", "true"]).unwrap();
+        assert!(record.session.force_dir);
     }
 
     #[test]
@@ -713,24 +730,6 @@ mod tests {
         for text in [RECORD_HELP, START_HELP] {
             assert!(text.contains("default 32") && text.contains("task-clock where it does not"));
         }
-        assert!(RECORD_HELP.contains("default\n                      breakdance-out"));
-    }
-
-    #[test]
-    fn output_dir_is_created_and_made_absolute() {
-        let base = std::env::temp_dir().join(format!("profiler-ctl-cli-{}", std::process::id()));
-        let dir = base.join("a/b");
-        let absolute = prepare_output_dir(&dir).unwrap();
-        assert!(absolute.is_absolute() && absolute.is_dir());
-        assert_eq!(
-            fs::read_dir(&absolute).unwrap().count(),
-            0,
-            "the probe file is removed"
-        );
-        let file = base.join("file");
-        fs::write(&file, b"x").unwrap();
-        let e = prepare_output_dir(&file.join("sub")).unwrap_err().0;
-        assert!(e.starts_with("-o: cannot create output directory"), "{e}");
-        fs::remove_dir_all(&base).unwrap();
+        assert!(RECORD_HELP.contains("(default breakdance-out)"));
     }
 }

@@ -1,9 +1,17 @@
 //! The client side of the control protocol: one request line out, one answer
 //! line back over the library's Unix stream socket.
+//!
+//! A reply is trusted only from the right process. Before sending anything,
+//! the client asks the kernel who listens at the other end (SO_PEERCRED):
+//! asked about a pid, it must be that pid; given a socket path, it must run
+//! under our own uid. Anyone else who took the socket's place is refused by
+//! name.
 
 use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -20,12 +28,102 @@ pub enum Answer {
     Error(String),
 }
 
-/// Sends `request` to the control socket at `socket` and reads the answer.
+/// Who must be serving the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// The process asked about (`--pid`).
+    Pid(u32),
+    /// Any process of the caller's uid (`--socket`).
+    SameUser,
+}
+
+/// The process at the other end of a connected socket, and its uid.
+fn peer_cred(stream: &UnixStream) -> io::Result<(u32, u32)> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred and len are valid out-pointers of the sizes given.
+    let ret = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((cred.pid as u32, cred.uid))
+}
+
+/// Refuses a peer that is not the one expected, naming the real one.
+pub fn check_peer(stream: &UnixStream, socket: &Path, expected: Peer) -> Result<()> {
+    let (pid, uid) = peer_cred(stream)
+        .with_context(|| format!("cannot tell who serves {}", socket.display()))?;
+    let me = crate::trust::euid();
+    match expected {
+        Peer::Pid(want) if pid != want => bail!(
+            "refusing {}: it is served by pid {pid} ({}), not by pid {want}; another process              has taken the program's socket path",
+            socket.display(),
+            crate::trust::describe_user(uid)
+        ),
+        Peer::SameUser if uid != me => bail!(
+            "refusing {}: it is served by pid {pid} running as {}, not as you ({}); control a              program of another user as that user, or with --pid",
+            socket.display(),
+            crate::trust::describe_user(uid),
+            crate::trust::describe_user(me)
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The control socket of the library-loaded process `pid`, found as the
+/// library finds it (src/control/socket_path.rs), from that process's own
+/// environment when we may read it (else from ours): `BREAKDANCE_SOCKET`,
+/// else `$XDG_RUNTIME_DIR/breakdance.PID.sock`, else
+/// `$TMPDIR/breakdance-UID/breakdance.PID.sock` (TMPDIR: /tmp when unset).
+pub fn default_socket(pid: u32) -> PathBuf {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok();
+    let get = |key: &str| -> Option<String> {
+        let value = match &environ {
+            Some(bytes) => bytes
+                .split(|&b| b == 0)
+                .find_map(|entry| entry.strip_prefix(format!("{key}=").as_bytes()))
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
+            None => std::env::var(key).ok(),
+        };
+        value.filter(|v| !v.is_empty())
+    };
+    if let Some(explicit) = get("BREAKDANCE_SOCKET") {
+        return PathBuf::from(explicit);
+    }
+    let name = format!("breakdance.{pid}.sock");
+    let absolute = |key: &str| get(key).filter(|v| v.starts_with('/')).map(PathBuf::from);
+    if let Some(runtime) = absolute("XDG_RUNTIME_DIR") {
+        return runtime.join(name);
+    }
+    let uid = std::fs::metadata(format!("/proc/{pid}"))
+        .map(|m| m.uid())
+        .unwrap_or_else(|_| crate::trust::euid());
+    absolute("TMPDIR")
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+        .join(format!("breakdance-{uid}"))
+        .join(name)
+}
+
+/// Sends `request` to the control socket at `socket`, served by `peer`,
+/// and reads the answer.
 ///
 /// Connection failures are explained: which socket, the OS error, and what
 /// the user should check.
-pub fn request(socket: &Path, request: &str, timeout: Duration) -> Result<Answer> {
+pub fn request(socket: &Path, peer: Peer, request: &str, timeout: Duration) -> Result<Answer> {
     let mut stream = UnixStream::connect(socket).map_err(|e| connect_error(socket, &e))?;
+    check_peer(&stream, socket, peer)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     stream
@@ -139,16 +237,69 @@ mod tests {
             conn.write_all(b"ok {\"state\":\"off\"}\n").unwrap();
             String::from_utf8(got).unwrap()
         });
-        let answer = request(&path, "status", Duration::from_secs(30)).unwrap();
+        let answer = request(&path, Peer::SameUser, "status", Duration::from_secs(30)).unwrap();
         assert_eq!(answer, Answer::Ok("{\"state\":\"off\"}".into()));
         assert_eq!(server.join().unwrap(), "status");
         std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
+    fn a_peer_that_is_not_the_pid_asked_about_is_refused() {
+        let path = temp_socket("impostor");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut rest = Vec::new();
+            let _ = conn.read_to_end(&mut rest);
+            rest
+        });
+        let other = std::process::id() + 1;
+        let message = request(&path, Peer::Pid(other), "stop", Duration::from_secs(30))
+            .unwrap_err()
+            .to_string();
+        let me = std::process::id();
+        assert!(
+            message.starts_with(&format!(
+                "refusing {}: it is served by pid {me} (",
+                path.display()
+            )) && message.contains(&format!("not by pid {other}")),
+            "{message}"
+        );
+        assert!(server.join().unwrap().is_empty(), "the request was sent");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn the_socket_is_found_in_the_programs_environment() {
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("BREAKDANCE_SOCKET", "")
+            .env("XDG_RUNTIME_DIR", "/run/user/test")
+            .spawn()
+            .unwrap();
+        let mut child = child;
+        // The environment is the child's own once it has exec'd: wait for it.
+        let pid = child.id();
+        for _ in 0..2000 {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            if environ.windows(15).any(|w| w == b"XDG_RUNTIME_DIR") {
+                break;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            default_socket(pid),
+            PathBuf::from(format!("/run/user/test/breakdance.{pid}.sock"))
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
     fn a_missing_socket_is_explained() {
         let path = temp_socket("missing");
-        let message = request(&path, "status", Duration::from_secs(1))
+        let message = request(&path, Peer::SameUser, "status", Duration::from_secs(1))
             .unwrap_err()
             .to_string();
         assert!(
@@ -164,7 +315,7 @@ mod tests {
         let path = temp_socket("stale");
         let _ = std::fs::remove_file(&path);
         drop(UnixListener::bind(&path).unwrap());
-        let message = request(&path, "stop", Duration::from_secs(1))
+        let message = request(&path, Peer::SameUser, "stop", Duration::from_secs(1))
             .unwrap_err()
             .to_string();
         assert!(message.contains("Connection refused"), "{message}");

@@ -6,14 +6,17 @@ profiler-ctl: control the breakdance software branch tracer (libbreakdance.so)
 Usage:
   profiler-ctl record [OPTIONS] -- CMD [ARGS...]   run CMD with profiling on from start to exit
   profiler-ctl start  (--pid PID | --socket PATH) [OPTIONS]
-  profiler-ctl stop   (--pid PID | --socket PATH)
+  profiler-ctl stop   (--pid PID | --socket PATH) [-o DIR [--force-dir]]
   profiler-ctl status (--pid PID | --socket PATH)
   profiler-ctl help [SUBCOMMAND]
 
 A program runs under the tracer when libbreakdance.so is in its LD_PRELOAD;
 `record` sets that up. start/stop/status talk to a running program through its
-control socket, /tmp/breakdance.<PID>.sock unless BREAKDANCE_SOCKET said
-otherwise.
+control socket: BREAKDANCE_SOCKET if the program has it, else
+breakdance.<PID>.sock in $XDG_RUNTIME_DIR, else in $TMPDIR/breakdance-<UID>
+(/tmp/breakdance-<UID>), a directory only that user can enter. They answer
+only a socket served by the program asked about (--pid) or by a program of
+your own user (--socket).
 
 Outputs (in the output directory, written when a session stops):
   perf.script      branch traces in `perf script -F ip,brstack` form, for
@@ -51,8 +54,10 @@ Options:
                       registers without a breakpoint where it is safe), off
                       (the paper's algorithm), verify (predict and still
                       stop, counting mispredictions) (default on)
-  -o, --output DIR    output directory, created if missing (default
-                      breakdance-out)
+  -o, --output DIR    output directory, created mode 0700 if missing
+                      (default breakdance-out); one that belongs to another
+                      user is refused
+      --force-dir     write into an output directory of another user
       --lib PATH      libbreakdance.so to use (default: $BREAKDANCE_LIB, else
                       the one next to the profiler-ctl executable)
   -q, --quiet         print no summary
@@ -70,7 +75,7 @@ Usage: profiler-ctl start (--pid PID | --socket PATH) [OPTIONS]
 The program must run with LD_PRELOAD=libbreakdance.so.
 
 Options:
-  -p, --pid PID       talk to /tmp/breakdance.PID.sock
+  -p, --pid PID       talk to the control socket of process PID
   -s, --socket PATH   talk to this control socket
   -e, --event EVENT   sampling event: task-clock, cpu-clock, branches,
                       instructions, cycles (default: branches where the CPU
@@ -84,8 +89,10 @@ Options:
                       registers without a breakpoint where it is safe), off
                       (the paper's algorithm), verify (predict and still
                       stop, counting mispredictions) (default on)
-  -o, --output DIR    output directory, created if missing (default
-                      breakdance-out in the program's working directory)
+  -o, --output DIR    output directory, created mode 0700 if missing
+                      (default breakdance-out in the program's working
+                      directory); one that belongs to another user is refused
+      --force-dir     write into an output directory of another user
   -t, --timeout SECS  how long to wait for the answer (default 30)
   -h, --help          print this help
 ";
@@ -93,15 +100,17 @@ Options:
 pub const STOP_HELP: &str = "\
 profiler-ctl stop: end the tracing session of a running program
 
-Usage: profiler-ctl stop (--pid PID | --socket PATH)
+Usage: profiler-ctl stop (--pid PID | --socket PATH) [-o DIR [--force-dir]]
 
 The program writes perf.script, NAME.afdo.txt and summary.json into its output
 directory; stop prints where they are and a short summary. If writing fails,
-the program keeps the data and a later stop tries again.
+the program keeps the data and a later stop tries again, into DIR if given.
 
 Options:
-  -p, --pid PID       talk to /tmp/breakdance.PID.sock
+  -p, --pid PID       talk to the control socket of process PID
   -s, --socket PATH   talk to this control socket
+  -o, --output DIR    write into DIR instead of the session's directory
+      --force-dir     even if DIR belongs to another user
   -t, --timeout SECS  how long to wait for the answer (default 30)
   -h, --help          print this help
 ";
@@ -112,7 +121,7 @@ profiler-ctl status: show the state and live counters of a running program
 Usage: profiler-ctl status (--pid PID | --socket PATH)
 
 Options:
-  -p, --pid PID       talk to /tmp/breakdance.PID.sock
+  -p, --pid PID       talk to the control socket of process PID
   -s, --socket PATH   talk to this control socket
   -t, --timeout SECS  how long to wait for the answer (default 30)
   -h, --help          print this help

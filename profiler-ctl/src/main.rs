@@ -6,6 +6,7 @@ mod help;
 mod record;
 mod signals;
 mod summary;
+mod trust;
 
 use std::process::ExitCode;
 
@@ -13,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use cli::{Command, Target, UsageError};
-use client::Answer;
+use client::{Answer, Peer};
 use signals::Exit;
 
 fn main() -> ExitCode {
@@ -44,14 +45,18 @@ fn run(command: &Command) -> Result<Exit> {
             let mut session = session.clone();
             if let Some(dir) = &session.output {
                 // The program's working directory is not ours: send a full path.
-                session.output = Some(cli::prepare_output_dir(dir)?);
+                session.output = Some(trust::prepare_output_dir(dir, session.force_dir)?);
             }
             let payload = control(target, &cli::start_request(&session)?)?;
             println!("profiling started ({})", target.socket.display());
             print!("{}", summary::render_fields(&payload));
         }
-        Command::Stop(target) => {
-            let payload = control(target, "stop")?;
+        Command::Stop(target, session) => {
+            let mut session = session.clone();
+            if let Some(dir) = &session.output {
+                session.output = Some(trust::prepare_output_dir(dir, session.force_dir)?);
+            }
+            let payload = control(target, &cli::stop_request(&session)?)?;
             let children = payload
                 .get("output_dir")
                 .and_then(Value::as_str)
@@ -70,7 +75,8 @@ fn run(command: &Command) -> Result<Exit> {
 
 /// Sends one request; an `error` answer becomes the error message itself.
 fn control(target: &Target, request: &str) -> Result<Value> {
-    match client::request(&target.socket, request, target.timeout)? {
+    let peer = target.pid.map_or(Peer::SameUser, Peer::Pid);
+    match client::request(&target.socket, peer, request, target.timeout)? {
         Answer::Error(message) => bail!("{message}"),
         Answer::Ok(payload) if payload.is_empty() => Ok(Value::Object(Default::default())),
         Answer::Ok(payload) => serde_json::from_str(&payload)

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result};
 
 use crate::cli::{self, Rate, RecordArgs, UsageError};
-use crate::client;
+use crate::client::{self, Peer};
 use crate::signals::{self, Exit, Reaped};
 use crate::summary;
 
@@ -28,7 +28,7 @@ const POLL: Duration = Duration::from_secs(1);
 /// Variables the library reads: all are set or cleared for the child, so
 /// values left in the environment (by an enclosing traced run, say) do not
 /// mix with the options given here.
-const LIBRARY_VARIABLES: [&str; 9] = [
+const LIBRARY_VARIABLES: [&str; 10] = [
     "BREAKDANCE_AUTOSTART",
     "BREAKDANCE_EVENT",
     "BREAKDANCE_PERIOD",
@@ -38,6 +38,7 @@ const LIBRARY_VARIABLES: [&str; 9] = [
     "BREAKDANCE_SOCKET",
     "BREAKDANCE_ROOT_PID",
     "BREAKDANCE_DATAFLOW",
+    "BREAKDANCE_FORCE_DIR",
 ];
 
 /// Finds libbreakdance.so: `--lib`, else `$BREAKDANCE_LIB`, else next to
@@ -124,7 +125,7 @@ fn prepare(args: &RecordArgs) -> Result<Prepared, UsageError> {
         .output
         .clone()
         .unwrap_or_else(|| cli::DEFAULT_OUTPUT.into());
-    let output = cli::prepare_output_dir(&output)?;
+    let output = crate::trust::prepare_output_dir(&output, args.session.force_dir)?;
     Ok(Prepared { lib, output })
 }
 
@@ -157,6 +158,9 @@ fn child_command(args: &RecordArgs, prepared: &Prepared) -> Command {
     }
     if let Some(mode) = args.session.dataflow {
         command.env("BREAKDANCE_DATAFLOW", mode);
+    }
+    if args.session.force_dir {
+        command.env("BREAKDANCE_FORCE_DIR", "1");
     }
     command
 }
@@ -202,7 +206,6 @@ pub fn run(args: &RecordArgs) -> Result<Exit> {
 
 /// Passes signals on until the child ends, and returns how it ended.
 fn supervise(pid: u32, blocked: &signals::Blocked) -> Result<Reaped> {
-    let socket = cli::default_socket(pid);
     loop {
         if let Some(reaped) = signals::try_reap(pid).context("cannot wait for the child")? {
             return Ok(reaped);
@@ -216,7 +219,8 @@ fn supervise(pid: u32, blocked: &signals::Blocked) -> Result<Reaped> {
         if signals::is_terminating(signal) {
             // Written before the signal ends the child; a child that is not
             // (yet) traced has no socket, and the signal goes on regardless.
-            let _ = client::request(&socket, "stop", STOP_TIMEOUT);
+            let socket = client::default_socket(pid);
+            let _ = client::request(&socket, Peer::Pid(pid), "stop", STOP_TIMEOUT);
         }
         if let Err(e) = signals::send(pid, signal) {
             if e.raw_os_error() != Some(libc::ESRCH) {

@@ -25,6 +25,8 @@ impl Traced {
             .env("LD_PRELOAD", lib)
             .env_remove("BREAKDANCE_AUTOSTART")
             .env_remove("BREAKDANCE_SOCKET")
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("TMPDIR")
             .stdout(Stdio::piped())
             .spawn()
             .expect("start sh");
@@ -51,8 +53,15 @@ impl Traced {
         self.child.id().to_string()
     }
 
+    /// The default place without XDG_RUNTIME_DIR or TMPDIR: the user's
+    /// private directory under /tmp.
     fn socket(&self) -> PathBuf {
-        PathBuf::from(format!("/tmp/breakdance.{}.sock", self.child.id()))
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        PathBuf::from(format!(
+            "/tmp/breakdance-{uid}/breakdance.{}.sock",
+            self.child.id()
+        ))
     }
 
     fn ctl(&self, subcommand: &str, extra: &[&str]) -> Output {
@@ -193,7 +202,8 @@ fn a_program_without_the_library_is_explained() {
     let stderr = stderr_of(&output);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.starts_with("profiler-ctl: cannot connect to /tmp/breakdance.999999999.sock: No such file or directory"),
+        stderr.starts_with("profiler-ctl: cannot connect to ")
+            && stderr.contains("/breakdance.999999999.sock: No such file or directory"),
         "{stderr}"
     );
     assert!(stderr.contains("LD_PRELOAD="), "{stderr}");
