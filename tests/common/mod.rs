@@ -9,6 +9,8 @@
 // Each test file uses its own part of this module.
 #![allow(dead_code)]
 
+pub mod controlled;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
