@@ -3,7 +3,7 @@
 # when they are missing. Safe to run again; it installs nothing that is there.
 set -euo pipefail
 
-packages=(clang-19 llvm-19 lld-19 autofdo valgrind musl-tools dpkg-dev xz-utils tcl)
+packages=(clang-19 llvm-19 lld-19 autofdo valgrind musl-tools dpkg-dev xz-utils tcl util-linux)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
