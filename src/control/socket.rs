@@ -439,7 +439,8 @@ pub fn serve(listener: UnixListener) {
                 polled.swap_remove(i);
             }
         }
-        if fds[0].revents & libc::POLLIN != 0 && !accept_all(&listener, &mut clients) {
+        // Any event on the listener means accept: an error there ends the loop.
+        if fds[0].revents != 0 && !accept_all(&listener, &mut clients) {
             let _ = listener.into_raw_fd();
             return;
         }
