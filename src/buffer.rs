@@ -185,14 +185,15 @@ impl TraceBuffer {
         removed
     }
 
-    /// Closes the open trace. Async-signal-safe.
-    pub fn close_trace(&mut self, end: TraceEnd) {
+    /// Closes the open trace; returns whether it was kept (a trace without
+    /// entries is not). Async-signal-safe.
+    pub fn close_trace(&mut self, end: TraceEnd) -> bool {
         let Some(start) = self.open.take() else {
-            return;
+            return false;
         };
         let len = self.n_entries - start;
         if len == 0 {
-            return;
+            return false;
         }
         self.traces[self.n_traces] = TraceRecord {
             start: start as u32,
@@ -200,6 +201,7 @@ impl TraceBuffer {
             end,
         };
         self.n_traces += 1;
+        true
     }
 
     pub fn is_empty(&self) -> bool {
@@ -301,9 +303,9 @@ mod tests {
         b.open_trace();
         assert!(b.push(BranchEntry { from: 1, to: 2 }));
         assert!(b.push(BranchEntry { from: 3, to: 4 }));
-        b.close_trace(TraceEnd::Complete);
+        assert!(b.close_trace(TraceEnd::Complete));
         b.open_trace();
-        b.close_trace(TraceEnd::Aborted(AbortReason::Rseq)); // empty: not kept
+        assert!(!b.close_trace(TraceEnd::Aborted(AbortReason::Rseq))); // empty: not kept
         b.open_trace();
         b.push(BranchEntry { from: 5, to: 6 });
         b.close_trace(TraceEnd::Aborted(AbortReason::SpMismatch));

@@ -6,7 +6,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -38,15 +37,7 @@ impl Preloaded {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-        let t0 = Instant::now();
-        while !socket.exists() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "the library opened no socket at {}",
-                socket.display()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_socket(&socket);
         Preloaded {
             child: Some(child),
             socket,
@@ -118,6 +109,7 @@ fn no_stop_inside_an_rseq_critical_section() {
     assert!(off.status.success(), "{}", text(&off.stderr));
     for dir in [&out, &off_out] {
         let rec = load(dir);
+        check_summary(&rec);
         assert!(
             counter(&rec.summary, "aborts.rseq") > 0,
             "no trace ended at the rseq section: {}",
@@ -218,7 +210,7 @@ fn a_failed_write_is_reported_and_the_data_kept_for_a_retry() {
         ],
     );
     assert!(start.status.success(), "{}", text(&start.stderr));
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_traces(&p.socket, 1);
     // The directory becomes a plain file: nothing can be written under it.
     std::fs::remove_dir_all(&out).unwrap();
     std::fs::write(&out, b"in the way").unwrap();
@@ -238,11 +230,7 @@ fn a_failed_write_is_reported_and_the_data_kept_for_a_retry() {
     let retried = ctl(&tracer, &["stop", "--socket", p.socket()]);
     assert!(retried.status.success(), "{}", text(&retried.stderr));
     let rec = load(&out);
-    assert!(
-        counter(&rec.summary, "traces_completed") > 0,
-        "{}",
-        rec.summary
-    );
+    check_summary(&rec);
     // Nothing more to write: a third stop says so.
     let third = ctl(&tracer, &["stop", "--socket", p.socket()]);
     assert_eq!(third.status.code(), Some(1));

@@ -77,8 +77,11 @@ fn ctrl_c_to_the_process_group_keeps_the_profile() {
         .process_group(0)
         .spawn()
         .expect("profiler-ctl runs");
-    // Let the session start and collect a little.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Once the session has collected a few traces, the signal comes.
+    let program = child_of(child.id());
+    let socket = default_socket(program);
+    wait_for_socket(&socket);
+    wait_for_traces(&socket, 5);
     // SAFETY: signals the process group made above.
     let sent = unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
     assert_eq!(sent, 0, "kill(-pgid, SIGINT)");

@@ -4,12 +4,15 @@
 //! under `profiler-ctl record`, and checks: same stdout and exit status;
 //! summary.json reconciles with perf.script; every entry of every trace passes
 //! the validator (real transfer instruction, encoded target for direct
-//! branches, straight fall-through between consecutive entries); at least a
-//! minimum number of traces. The minima add up to 13,500 traces (about twice
-//! that many are recorded).
+//! branches, straight fall-through between consecutive entries). Each test
+//! needs a minimum number of validated traces; a machine fast enough to do
+//! the program's fixed work in fewer samples runs it again (every run
+//! checked the same way), up to `MAX_RUNS` runs. The minima add up to
+//! 11,500 traces.
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 
 use common::*;
@@ -18,8 +21,14 @@ use common::*;
 /// the program's own work.
 const PERIOD_NS: u64 = 100_000;
 
-/// Builds, runs natively and under the tracer, and checks one program.
-/// Returns the recording for program-specific checks.
+/// Runs of one program, at most, to gather a test's minimum of traces
+/// (one is enough on these machines; a CPU 8 times as fast still gets
+/// there).
+const MAX_RUNS: usize = 8;
+
+/// Builds one program, then runs it natively and under the tracer and
+/// checks each run, until the validated traces reach `min_traces` (at most
+/// `MAX_RUNS` runs). Returns the recordings for program-specific checks.
 fn check_program(
     tag: &str,
     sources: &[&str],
@@ -27,7 +36,7 @@ fn check_program(
     args: &[&str],
     min_traces: u64,
     libs: &[(&str, &[&str])],
-) -> Option<(Scratch, Recording)> {
+) -> Option<(Scratch, Vec<Recording>)> {
     let tracer = tracer();
     let clang = tool("clang-19")?;
     let dir = Scratch::new(tag);
@@ -49,19 +58,30 @@ fn check_program(
     };
     let native = run_native(&binary, args, &envs);
     assert!(native.status.success(), "{tag} fails natively: {native:?}");
-    let out = dir.path("out");
-    let profiled = record(&tracer, &out, PERIOD_NS, &binary, args, &envs);
-    assert_same_behaviour(tag, &native, &profiled);
-    let rec = load(&out);
-    check_summary(&rec);
-    let report = assert_valid_traces(tag, &rec);
-    assert!(
-        report.traces >= min_traces,
-        "{tag}: only {} traces recorded, the test needs {min_traces}: {}",
-        report.traces,
-        rec.summary
-    );
-    Some((dir, rec))
+    let mut recordings = Vec::new();
+    let mut traces = 0;
+    while traces < min_traces {
+        assert!(
+            recordings.len() < MAX_RUNS,
+            "{tag}: only {traces} traces recorded in {MAX_RUNS} runs, the test needs {min_traces}"
+        );
+        let out = dir.path(&format!("out{}", recordings.len()));
+        let profiled = record(&tracer, &out, PERIOD_NS, &binary, args, &envs);
+        assert_same_behaviour(tag, &native, &profiled);
+        let rec = load(&out);
+        check_summary(&rec);
+        traces += assert_valid_traces(tag, &rec).traces;
+        recordings.push(rec);
+    }
+    Some((dir, recordings))
+}
+
+/// Functions touched by any trace of any of the recordings.
+fn functions_in_all(recordings: &[Recording]) -> BTreeSet<String> {
+    recordings
+        .iter()
+        .flat_map(|r| functions_in_traces(&r.script))
+        .collect()
 }
 
 #[test]
@@ -71,13 +91,13 @@ fn branchy_loop() {
 
 #[test]
 fn indirect_calls_and_switch() {
-    let Some((_dir, rec)) =
+    let Some((_dir, recs)) =
         check_program("indirect", &["indirect.c"], &[], &["25000000"], 2500, &[])
     else {
         return;
     };
     // The table's targets and the switch's jump table were traced.
-    let functions = functions_in_traces(&rec.script);
+    let functions = functions_in_all(&recs);
     for name in [
         "op_add", "op_mul", "op_xor", "op_rot", "op_neg", "op_sub", "dispatch",
     ] {
@@ -95,7 +115,7 @@ fn recursion() {
 
 #[test]
 fn pie_calling_a_shared_library() {
-    let Some((_dir, rec)) = check_program(
+    let Some((_dir, recs)) = check_program(
         "pie_main",
         &["pie_main.c"],
         &["-fPIE", "-pie", "-L", "DIR", "-lwork"],
@@ -105,7 +125,7 @@ fn pie_calling_a_shared_library() {
     ) else {
         return;
     };
-    let functions = functions_in_traces(&rec.script);
+    let functions = functions_in_all(&recs);
     for name in ["lib_hot", "main_step"] {
         assert!(
             functions.contains(name),
@@ -116,7 +136,7 @@ fn pie_calling_a_shared_library() {
 
 #[test]
 fn sixteen_threads_some_started_late() {
-    let Some((_dir, rec)) = check_program(
+    let Some((_dir, recs)) = check_program(
         "threads",
         &["threads.c"],
         &["-pthread"],
@@ -126,12 +146,14 @@ fn sixteen_threads_some_started_late() {
     ) else {
         return;
     };
-    let threads = counter(&rec.summary, "threads");
-    assert!(
-        threads >= 17,
-        "summary.json threads is {threads}, the program ran 17"
-    );
-    let functions = functions_in_traces(&rec.script);
+    for rec in &recs {
+        let threads = counter(&rec.summary, "threads");
+        assert!(
+            threads >= 17,
+            "summary.json threads is {threads}, the program ran 17"
+        );
+    }
+    let functions = functions_in_all(&recs);
     let missing: Vec<String> = (0..16)
         .map(|n| format!("work_{n}"))
         .chain(["main_work".to_string()])
@@ -155,28 +177,39 @@ fn long_traces() {
     let binary = build(&clang, &dir.0, "recursion", &["recursion.c"], &[]);
     let args = ["4000"];
     let native = run_native(&binary, &args, &[]);
-    let out = dir.path("out");
-    let profiled = record_with(
-        &tracer,
-        &out,
-        1_000_000,
-        &["--lbr", "512"],
-        &binary,
-        &args,
-        &[],
-    );
-    assert_same_behaviour("recursion --lbr 512", &native, &profiled);
-    let rec = load(&out);
-    check_summary(&rec);
-    assert_eq!(rec.summary["config"]["lbr"], 512, "{}", rec.summary);
-    assert_valid_traces("recursion --lbr 512", &rec);
-    let longest = rec
-        .script
-        .traces
-        .iter()
-        .map(|t| t.entries_newest_first.len())
-        .max();
-    assert_eq!(longest, Some(512), "no trace reached 512 entries");
+    // Runs until one trace reaches 512 entries (a trace can end early, so a
+    // run on a fast machine may complete none).
+    let mut longest = 0;
+    for run in 0..MAX_RUNS {
+        let out = dir.path(&format!("out{run}"));
+        let profiled = record_with(
+            &tracer,
+            &out,
+            1_000_000,
+            &["--lbr", "512"],
+            &binary,
+            &args,
+            &[],
+        );
+        assert_same_behaviour("recursion --lbr 512", &native, &profiled);
+        let rec = load(&out);
+        check_reconciles(&rec);
+        assert_eq!(rec.summary["config"]["lbr"], 512, "{}", rec.summary);
+        assert_valid_traces("recursion --lbr 512", &rec);
+        let run_longest = rec
+            .script
+            .traces
+            .iter()
+            .map(|t| t.entries_newest_first.len())
+            .max()
+            .unwrap_or(0);
+        assert!(run_longest <= 512, "a trace of {run_longest} entries");
+        longest = longest.max(run_longest);
+        if longest == 512 {
+            return;
+        }
+    }
+    panic!("no trace reached 512 entries in {MAX_RUNS} runs (longest {longest})");
 }
 
 /// Programs a recorded shell execs write their own profiles into
@@ -230,4 +263,25 @@ fn exec_children_write_their_own_profiles() {
             "{comm}: its own hot function is not in its traces"
         );
     }
+}
+
+/// Code no file maps (a JIT's output) cannot be traced: a sample there
+/// ends its trace before the first entry. Such traces are counted
+/// (`traces_empty`), so traces_written still reconciles with the traces
+/// started (check_summary asserts it).
+#[test]
+fn samples_in_anonymous_code_are_counted() {
+    let Some((_dir, recs)) = check_program("jit", &["jit.c"], &[], &["400"], 200, &[]) else {
+        return;
+    };
+    let empty: u64 = recs.iter().map(|r| counter(&r.summary, "traces_empty")).sum();
+    let outside: u64 = recs
+        .iter()
+        .map(|r| counter(&r.summary, "aborts.outside_mappings"))
+        .sum();
+    assert!(
+        empty > 0 && outside >= empty,
+        "no sample in the anonymous page was counted: {}",
+        recs[0].summary
+    );
 }

@@ -278,6 +278,21 @@ impl ElfModule {
     }
 }
 
+/// Link-time address ranges of the module's PLT sections (`.plt`,
+/// `.plt.sec`, `.plt.got`); empty when the file cannot be read.
+pub fn plt_ranges(path: &Path) -> Vec<(u64, u64)> {
+    let Ok(data) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let Ok(file) = object::File::parse(&*data) else {
+        return Vec::new();
+    };
+    file.sections()
+        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect()
+}
+
 /// How an instruction moves control as user-space code sees it. iced counts
 /// `syscall` and `sysenter` as calls, but they come back to the next
 /// instruction (the kernel part is invisible to a user-space trace, as with

@@ -167,7 +167,7 @@ pub fn score(r: &Reference, rec: &Recorded) -> Scores {
     // shows the stub; our trace has the call to the stub and the stub's
     // jump. Edges into or out of a PLT section have no counterpart in the
     // reference, so they are left out of the comparison.
-    let plt = plt_ranges(&r.module.path);
+    let plt = bench_harness::elf::plt_ranges(&r.module.path);
     let in_plt = |a: u64| plt.iter().any(|&(lo, hi)| (lo..hi).contains(&a));
     let ours: BTreeMap<Edge, u64> = rec
         .edges
@@ -217,22 +217,6 @@ pub fn score(r: &Reference, rec: &Recorded) -> Scores {
             rec.violations as f64 / rec.entries as f64
         },
     }
-}
-
-/// Link-time address ranges of the module's PLT sections (`.plt`,
-/// `.plt.sec`, `.plt.got`); empty when the file cannot be read.
-fn plt_ranges(path: &Path) -> Vec<(u64, u64)> {
-    use object::{Object, ObjectSection};
-    let Ok(data) = std::fs::read(path) else {
-        return Vec::new();
-    };
-    let Ok(file) = object::File::parse(&*data) else {
-        return Vec::new();
-    };
-    file.sections()
-        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
-        .map(|s| (s.address(), s.address() + s.size()))
-        .collect()
 }
 
 /// `symbol+0xoff (0xaddr)` for a link-time address.

@@ -121,6 +121,7 @@ pub fn write_session(
         .num("traces_started", c.traces_started)
         .num("traces_completed", c.traces_completed)
         .num("traces_aborted", c.aborted())
+        .num("traces_empty", c.traces_empty)
         .num("traces_written", agg.traces_seen - agg.traces_not_kept)
         .num("distinct_traces", agg.traces.len() as u64)
         .num("entries_recorded", c.entries_recorded)

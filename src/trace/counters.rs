@@ -62,6 +62,7 @@ counters!(
     samples,
     traces_started,
     traces_completed,
+    traces_empty,
     entries_recorded,
     breakpoints,
     statically_resolved,

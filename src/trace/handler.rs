@@ -62,9 +62,6 @@ impl RegisterFile for Ucontext<'_> {
     }
 }
 
-/// In verify mode, one prediction in this many is checked by a stop.
-const VERIFY_EVERY: u32 = 5;
-
 /// Transfers the data-flow model may resolve between two stops.
 pub const MAX_CHAIN: usize = 64;
 
@@ -212,15 +209,20 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
         return;
     };
     let regs = Ucontext(uc);
-    if regs.rip() != form.at {
-        end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::PcMismatch));
-    } else if !expected_sp.admits(regs.rsp()) {
+    if regs.rip() != form.at || !expected_sp.admits(regs.rsp()) {
         if predicted.is_some() {
-            // The model placed this stop: a wrong stack is its error.
+            // Verify mode: the model predicted this transfer, and the stack
+            // pointer it expects here is the model's. A stop that arrives
+            // elsewhere, or on another stack, disagrees with it.
             Counters::bump(&c.dataflow_verified);
             Counters::bump(&c.dataflow_mismatches);
         }
-        end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::SpMismatch));
+        let reason = if regs.rip() != form.at {
+            AbortReason::PcMismatch
+        } else {
+            AbortReason::SpMismatch
+        };
+        end_trace(tracer, slot, t, TraceEnd::Aborted(reason));
     } else {
         if matches!(expected_sp, StackPointer::Near(_)) {
             Counters::bump(&c.sp_windowed);
@@ -404,11 +406,10 @@ fn follow(
                         sp: after,
                     }) = resolve(&form, st, &mem)
                     {
-                        // Verify mode checks every few predictions with a
-                        // breakpoint and resolves the ones between as `on`
-                        // does, so long chains are checked too.
-                        t.verify_turn = (t.verify_turn + 1) % VERIFY_EVERY;
-                        if mode == DataflowMode::Verify && t.verify_turn == 0 {
+                        // Verify mode stops at every transfer the model
+                        // decides and checks its answer there: nothing it
+                        // predicts is recorded unchecked.
+                        if mode == DataflowMode::Verify {
                             predicted = Some(next);
                         } else {
                             let entries_before = t.buffer.as_ref().map_or(0, |b| b.open_len());
@@ -555,7 +556,11 @@ pub(super) fn close_open_trace(t: &mut ThreadTrace, c: &Counters, end: TraceEnd)
     disarm_breakpoint(t);
     if let Some(b) = t.buffer.as_mut() {
         if b.is_open() {
-            b.close_trace(end);
+            if !b.close_trace(end) {
+                // Ended before its first entry: counted by how it ended,
+                // and here, since no buffer holds it.
+                Counters::bump(&c.traces_empty);
+            }
             match end {
                 TraceEnd::Complete => Counters::bump(&c.traces_completed),
                 TraceEnd::Aborted(r) => c.abort(r),

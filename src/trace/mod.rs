@@ -117,8 +117,9 @@ pub enum DataflowMode {
     Off = 0,
     /// Resolve what the model decides without a breakpoint.
     On = 1,
-    /// Predict with the model, and still stop at each predicted transfer to
-    /// check the prediction (counted in summary.json); for testing.
+    /// Predict with the model, and still stop at every predicted transfer
+    /// to check the prediction (`dataflow_verified`, `dataflow_mismatches`
+    /// in summary.json); for testing.
     Verify = 2,
 }
 
@@ -135,8 +136,6 @@ pub struct ThreadTrace {
     pub pending: Option<Pending>,
     pub cache: Option<Box<BlockCache>>,
     pub insn: Instruction,
-    /// Verify mode's position in its cycle of predictions.
-    pub verify_turn: u32,
     /// Transfers the data-flow model resolved since the last stop, which
     /// the thread has yet to run (capacity `handler::MAX_CHAIN`, reserved
     /// at registration: pushing never allocates).
@@ -167,7 +166,6 @@ impl ThreadTrace {
             pending: None,
             cache: None,
             insn: Instruction::default(),
-            verify_turn: 0,
             chain: Vec::new(),
         }
     }

@@ -191,54 +191,129 @@ pub fn counter(summary: &serde_json::Value, path: &str) -> u64 {
         .unwrap_or_else(|| panic!("summary.json {path} is not a count: {value}"))
 }
 
-pub const ABORT_KINDS: [&str; 8] = [
+pub const ABORT_KINDS: [&str; 10] = [
     "rseq",
     "sp_mismatch",
     "pc_mismatch",
     "unsupported_instruction",
     "outside_mappings",
     "lookahead_limit",
+    "syscall",
     "thread_exit",
     "session_stop",
+    "breakpoint_failed",
 ];
-pub const DROP_KINDS: [&str; 3] = ["no_free_buffer", "thread_table_full", "trace_table_full"];
+pub const DROP_KINDS: [&str; 5] = [
+    "no_free_buffer",
+    "thread_table_full",
+    "trace_table_full",
+    "trace_table_full_entries",
+    "buffer_overflow_entries",
+];
 
-/// summary.json agrees with perf.script: traces were completed, every entry
-/// counted as written is in perf.script (repeat counts included), and every
-/// abort and drop counter is present.
+/// Traces (repeat counts included) and entries in a perf.script text,
+/// counted from its lines alone, without the harness's parser: a line that
+/// is only a decimal number is the repeat count of the sample line after
+/// it; a sample line is a hex ip followed by `0xFROM/0xTO/...` entries.
+pub fn raw_script_counts(path: &Path) -> (u64, u64) {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let (mut traces, mut entries, mut repeat) = (0u64, 0u64, 1u64);
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with("PERF_RECORD_") {
+            continue;
+        }
+        if line.bytes().all(|b| b.is_ascii_digit()) {
+            repeat = line.parse().expect("repeat count");
+            continue;
+        }
+        let n = line
+            .split(' ')
+            .skip(1)
+            .filter(|w| w.starts_with("0x") && w.matches('/').count() == 5)
+            .count() as u64;
+        assert!(n > 0, "{}: a sample line without entries: {line}", path.display());
+        traces += repeat;
+        entries += repeat * n;
+        repeat = 1;
+    }
+    (traces, entries)
+}
+
+/// The counters of summary.json reconcile with each other and with what
+/// perf.script holds, counted independently of the writer:
+///
+/// - samples ≥ traces_started + drops.no_free_buffer (a sample starts a
+///   trace unless no buffer is free);
+/// - traces_started = traces_completed + Σ aborts by reason, and
+///   traces_aborted = Σ aborts;
+/// - traces_written = traces_completed + traces_aborted − traces_empty −
+///   drops.trace_table_full = the traces in perf.script;
+/// - entries_recorded = entries_written + drops.trace_table_full_entries,
+///   and entries_written = the entries in perf.script.
+pub fn check_reconciles(rec: &Recording) {
+    let s = &rec.summary;
+    let c = |path: &str| counter(s, path);
+    let aborted: u64 = ABORT_KINDS.iter().map(|k| c(&format!("aborts.{k}"))).sum();
+    let listed = s["aborts"].as_object().map_or(0, |o| o.len());
+    assert_eq!(
+        listed,
+        ABORT_KINDS.len(),
+        "summary.json aborts has reasons the tests do not know: {s}"
+    );
+    for kind in DROP_KINDS {
+        c(&format!("drops.{kind}"));
+    }
+    assert!(
+        c("samples") >= c("traces_started") + c("drops.no_free_buffer"),
+        "samples < traces_started + no_free_buffer: {s}"
+    );
+    assert_eq!(c("traces_aborted"), aborted, "traces_aborted ≠ Σ aborts: {s}");
+    assert_eq!(
+        c("traces_started"),
+        c("traces_completed") + aborted,
+        "traces_started ≠ completed + aborted by reason: {s}"
+    );
+    assert_eq!(
+        c("traces_written"),
+        c("traces_completed") + aborted - c("traces_empty") - c("drops.trace_table_full"),
+        "traces_written ≠ completed + aborted − empty − trace_table_full: {s}"
+    );
+    assert_eq!(
+        c("entries_recorded"),
+        c("entries_written") + c("drops.trace_table_full_entries"),
+        "entries_recorded ≠ entries_written + trace_table_full_entries: {s}"
+    );
+    let (traces, entries) = raw_script_counts(&rec.dir.join("perf.script"));
+    assert_eq!(
+        (traces, entries),
+        (c("traces_written"), c("entries_written")),
+        "{}/perf.script holds {traces} traces and {entries} entries; summary.json says \
+         traces_written {} and entries_written {}",
+        rec.dir.display(),
+        c("traces_written"),
+        c("entries_written")
+    );
+    assert_eq!(
+        (rec.script.trace_count(), rec.script.entry_count()),
+        (traces, entries),
+        "the harness's perf.script parser and the line count disagree"
+    );
+}
+
+/// summary.json reconciles (see [`check_reconciles`]), at least one trace
+/// completed, each module's branch count is the perf.script entries inside
+/// it, and every file it lists exists.
 pub fn check_summary(rec: &Recording) {
     let s = &rec.summary;
     let completed = counter(s, "traces_completed");
     assert!(completed > 0, "no trace completed: {s}");
-    assert_eq!(
-        counter(s, "entries_written"),
-        rec.script.entry_count(),
-        "summary.json entries_written differs from the entries in {}/perf.script",
-        rec.dir.display()
-    );
-    assert!(
-        rec.script.trace_count() <= counter(s, "traces_started"),
-        "perf.script holds {} traces, more than the {} started",
-        rec.script.trace_count(),
-        counter(s, "traces_started")
-    );
-    for kind in ABORT_KINDS {
-        counter(s, &format!("aborts.{kind}"));
-    }
-    for kind in DROP_KINDS {
-        counter(s, &format!("drops.{kind}"));
-    }
+    check_reconciles(rec);
     assert!(
         !rec.script.mmaps.is_empty(),
         "perf.script has no MMAP2 lines"
     );
-    if let Some(written) = s.get("traces_written").and_then(|w| w.as_u64()) {
-        assert_eq!(
-            written,
-            rec.script.trace_count(),
-            "summary.json traces_written vs perf.script"
-        );
-    }
     // Each module's branch count is the entries with both ends in it.
     let modules = s["modules"]
         .as_array()
@@ -430,4 +505,79 @@ pub fn drop_corrupt_llvm_text_records(text: &[u8]) -> (Vec<u8>, usize) {
         }
     }
     (out, dropped)
+}
+
+/// How long a test waits for something that happens by itself (a socket
+/// appearing, the first traces). Not a speed check: it only keeps a broken
+/// library from hanging the suite.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The `status` reply of the library listening on `socket`, as JSON.
+pub fn status_of(socket: &Path) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", socket.display()));
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    stream.write_all(b"status\n").unwrap();
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .unwrap_or_else(|e| panic!("no status answer on {}: {e}", socket.display()));
+    let json = answer
+        .trim_end()
+        .strip_prefix("ok ")
+        .unwrap_or_else(|| panic!("status was answered {answer:?}"));
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("status reply is not JSON ({e}): {json}"))
+}
+
+/// Waits until the session on `socket` has completed at least `min`
+/// traces: the readiness a test needs before it stops or signals a session
+/// (rather than a fixed sleep, which a slow machine would not honour).
+pub fn wait_for_traces(socket: &Path, min: u64) {
+    let since = std::time::Instant::now();
+    loop {
+        let status = status_of(socket);
+        if status["traces_completed"].as_u64().unwrap_or(0) >= min {
+            return;
+        }
+        assert!(
+            since.elapsed() < PATIENCE,
+            "fewer than {min} traces completed after {} s: {status}",
+            PATIENCE.as_secs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The first child process of `pid` (the program `profiler-ctl record`
+/// started), waiting for it to exist.
+pub fn child_of(pid: u32) -> u32 {
+    let since = std::time::Instant::now();
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default();
+        if let Some(child) = children.split_whitespace().next() {
+            return child.parse().expect("pid");
+        }
+        assert!(since.elapsed() < PATIENCE, "{pid} started no child");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The control socket a preloaded process listens on by default.
+pub fn default_socket(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/breakdance.{pid}.sock"))
+}
+
+/// Waits for `socket` to exist.
+pub fn wait_for_socket(socket: &Path) {
+    let since = std::time::Instant::now();
+    while !socket.exists() {
+        assert!(
+            since.elapsed() < PATIENCE,
+            "{} never appeared",
+            socket.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
