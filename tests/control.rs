@@ -216,7 +216,11 @@ fn three_sessions_malformed_requests_and_foreign_uid() {
 /// lines (not summary.json, which is the answer's own text).
 fn check_stop_answer(answer: &serde_json::Value, rec: &Recording) {
     let (traces, entries) = raw_script_counts(&rec.dir.join("perf.script"));
-    assert!(traces > 0, "{}: no traces in perf.script", rec.dir.display());
+    assert!(
+        traces > 0,
+        "{}: no traces in perf.script",
+        rec.dir.display()
+    );
     assert_eq!(
         (
             counter(answer, "traces_written"),

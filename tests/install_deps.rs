@@ -32,7 +32,10 @@ fn scratch(tag: &str) -> PathBuf {
 fn the_check_passes_on_this_checkout() {
     let output = check(&repo().join("scripts/install-deps.sh"), repo());
     if !bench_harness::tools::in_ci() && !output.status.success() {
-        eprintln!("skipping: not every tool is installed here: {}", stderr(&output));
+        eprintln!(
+            "skipping: not every tool is installed here: {}",
+            stderr(&output)
+        );
         return;
     }
     assert!(output.status.success(), "{}", stderr(&output));
@@ -55,7 +58,8 @@ fn a_tool_whose_package_nothing_installs_fails_the_check() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!output.status.success(), "the check passed without bolt-19");
     assert!(
-        stderr(&output).contains("'llvm-bolt-19' comes from package bolt-19, which nothing installs"),
+        stderr(&output)
+            .contains("'llvm-bolt-19' comes from package bolt-19, which nothing installs"),
         "{}",
         stderr(&output)
     );

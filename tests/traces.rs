@@ -274,7 +274,10 @@ fn samples_in_anonymous_code_are_counted() {
     let Some((_dir, recs)) = check_program("jit", &["jit.c"], &[], &["400"], 200, &[]) else {
         return;
     };
-    let empty: u64 = recs.iter().map(|r| counter(&r.summary, "traces_empty")).sum();
+    let empty: u64 = recs
+        .iter()
+        .map(|r| counter(&r.summary, "traces_empty"))
+        .sum();
     let outside: u64 = recs
         .iter()
         .map(|r| counter(&r.summary, "aborts.outside_mappings"))

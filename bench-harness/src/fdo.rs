@@ -8,7 +8,7 @@
 use crate::autofdo::{self, create_llvm_prof, exact_afdo};
 use crate::profiler::Tracer;
 use crate::quality;
-use crate::report::{fmt, geomean, median, Report, Table};
+use crate::report::{fmt, geomean, median, spread, Report, Table};
 use crate::runner::{self, Cmd, Timing};
 use crate::svg::BarChart;
 use crate::workloads::{self, Input, Workload, Workspace};
@@ -267,8 +267,8 @@ fn write(rep: &mut Report, results: &[(String, VariantTimes)], rounds: usize) ->
     }
     rep.write("runs.csv", &raw.to_csv())?;
     rep.note(&format!(
-        "Speedup = median baseline time / median variant time on the evaluation input, \
-         {rounds} interleaved rounds; CPU time (user + system) is the primary measure because \
+        "Speedup = baseline time / variant time on the evaluation input, per round of \
+         {rounds} interleaved rounds: median (min–max) over the rounds; CPU time (user + system) is the primary measure because \
          these machines are shared and wall time swings with their load. Profiles from the \
          training input; ours sampled with task-clock every {} ms.",
         PERIOD_NS / 1_000_000
@@ -291,18 +291,18 @@ fn write(rep: &mut Report, results: &[(String, VariantTimes)], rounds: usize) ->
             .collect();
         let mut per_variant: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len() - 1];
         for (name, times) in results {
-            let med = |i: usize| {
-                times
-                    .get(i)
-                    .and_then(|v| v.as_deref())
-                    .map(|v| median(&v.iter().map(f).collect::<Vec<_>>()))
-                    .unwrap_or(f64::NAN)
-            };
-            let base = med(0);
-            let mut row = vec![name.clone(), fmt(base, 3)];
+            let of = |i: usize| times.get(i).and_then(|v| v.as_deref()).unwrap_or(&[]);
+            let base = of(0);
+            let mut row = vec![
+                name.clone(),
+                fmt(median(&base.iter().map(f).collect::<Vec<_>>()), 3),
+            ];
             for i in 1..VARIANTS.len() {
-                let speedup = base / med(i);
-                row.push(fmt(speedup, 3));
+                // Per round: the baseline's time over the variant's, both
+                // from the same round of the interleaving.
+                let ratios: Vec<f64> = base.iter().zip(of(i)).map(|(b, v)| f(b) / f(v)).collect();
+                let speedup = median(&ratios);
+                row.push(spread(&ratios));
                 series[i - 1].1.push(speedup.is_finite().then_some(speedup));
                 per_variant[i - 1].push(speedup);
             }

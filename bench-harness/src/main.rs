@@ -12,6 +12,7 @@ mod quality;
 mod report;
 mod runner;
 mod svg;
+mod verify;
 mod workloads;
 
 use anyhow::{bail, Context, Result};
@@ -28,6 +29,8 @@ experiments:
   brr        the branch-on-random experiment (brr crate), then brr-tracer
   brr-tracer the brr microbenchmark under the software tracer, compared with
              the brr results already in results/brr
+  verify     the data-flow look-ahead's predictions checked at a stop on every
+             workload: mismatches per workload
   all        every experiment above, in order
 
 options:
@@ -92,6 +95,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "bpcost" => bpcost::run(opts),
         "quality" => quality::run(opts),
         "fdo" => fdo::run(opts),
+        "verify" => verify::run(opts),
         "brr" => {
             let dir = opts.results.join("brr");
             std::fs::create_dir_all(&dir)
@@ -103,7 +107,15 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "brr-tracer" => brr_tracer::run(opts, &opts.results.join("brr")),
         "all" => {
             let mut failed = 0;
-            for e in ["workloads", "overhead", "bpcost", "quality", "fdo", "brr"] {
+            for e in [
+                "workloads",
+                "overhead",
+                "bpcost",
+                "quality",
+                "fdo",
+                "brr",
+                "verify",
+            ] {
                 match run(e, opts) {
                     Ok(n) => failed += n,
                     Err(err) => {

@@ -4,7 +4,7 @@
 //! factors t, s and t/(1−s) (Figure 4, §3.1).
 
 use crate::profiler::{Summary, Tracer};
-use crate::report::{fmt, geomean, median, Report, Table};
+use crate::report::{fmt, geomean, median, spread, Report, Table};
 use crate::runner::{self, Cmd, Timing};
 use crate::svg::{BarChart, LineChart, Series};
 use crate::workloads::{self, Input, Workload, Workspace};
@@ -163,15 +163,6 @@ fn ratios(m: &Measured, ci: usize, f: fn(&Timing) -> f64) -> Vec<f64> {
         .collect()
 }
 
-fn spread(v: &[f64]) -> String {
-    if v.is_empty() {
-        return "n/a".into();
-    }
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{} ({}–{})", fmt(median(v), 3), fmt(lo, 2), fmt(hi, 2))
-}
-
 fn write_raw(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Result<()> {
     let mut t = Table::new(&["workload", "config", "round", "wall_s", "cpu_s"]);
     for m in all {
@@ -262,7 +253,8 @@ fn walls(v: &[Timing]) -> Vec<f64> {
 /// native run's CPU time; the handlers' shares come from the tracer's own
 /// counters (time inside its signal handlers); what remains of the extra
 /// CPU time is the kernel's: debug traps, timer samples, signal delivery
-/// and return, breakpoint moves, and the tracer's worker and writer.
+/// and return, breakpoint moves, and the tracer's worker and writer. A
+/// negative remainder is measurement noise and has its own column.
 fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Result<()> {
     let mut t = Table::new(&[
         "workload",
@@ -274,6 +266,7 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
         "breakpoint handler %",
         "decode %",
         "sampling handler %",
+        "noise (negative residual) %",
         "samples/run",
         "breakpoints/run",
         "traces/run",
@@ -300,15 +293,24 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
             let n = m.runs[ci].len().max(1) as f64;
             let profiled = m.runs[ci].iter().map(Timing::cpu_s).sum::<f64>() / n;
             let handlers = [s.breakpoint_ns, s.decode_ns, s.sampling_ns].map(|x| x / n / 1e9);
-            let kernel = (profiled - native - handlers.iter().sum::<f64>()).max(0.0);
+            // What the native run and the handlers do not explain. When
+            // timing noise makes it negative (profiled < native + handlers,
+            // as happens at long periods), it is not a cost of the kernel:
+            // it is reported as noise, and the kernel's share as 0.
+            let residual = profiled - native - handlers.iter().sum::<f64>();
+            let (kernel, noise) = if residual >= 0.0 {
+                (residual, 0.0)
+            } else {
+                (0.0, residual)
+            };
             let parts = [native, kernel, handlers[0], handlers[1], handlers[2]];
-            // Shares of the sum of the parts: equal to profiled CPU time
-            // unless noise made profiled < native + handlers.
-            let total: f64 = parts.iter().sum();
-            let pct = |x: f64| 100.0 * x / total;
+            // Shares of the profiled CPU time: with the noise column they
+            // add up to 100.
+            let pct = |x: f64| 100.0 * x / profiled;
             let per_bp = (profiled - native) / (s.breakpoints / n) * 1e6;
             let mut row = vec![m.name.clone(), c.label(), fmt(profiled, 3), fmt(native, 3)];
             row.extend(parts.iter().map(|&x| fmt(pct(x), 2)));
+            row.push(fmt(pct(noise), 2));
             row.extend([
                 fmt(s.samples / n, 0),
                 fmt(s.breakpoints / n, 0),

@@ -31,7 +31,12 @@ impl Tracer {
 
     /// `cmd` under `profiler-ctl record -e task-clock -c PERIOD -o DIR`.
     pub fn record(&self, cmd: &Cmd, period_ns: u64, out: &Path) -> Cmd {
-        let args: Vec<OsString> = vec![
+        self.record_with(cmd, period_ns, out, &[])
+    }
+
+    /// As [`Tracer::record`], with more `record` options (`--dataflow verify`).
+    pub fn record_with(&self, cmd: &Cmd, period_ns: u64, out: &Path, options: &[&str]) -> Cmd {
+        let mut args: Vec<OsString> = vec![
             "record".into(),
             "-e".into(),
             "task-clock".into(),
@@ -39,8 +44,9 @@ impl Tracer {
             period_ns.to_string().into(),
             "-o".into(),
             out.as_os_str().to_owned(),
-            "--".into(),
         ];
+        args.extend(options.iter().map(OsString::from));
+        args.push("--".into());
         cmd.wrapped(&self.ctl, &args)
     }
 

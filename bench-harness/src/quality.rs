@@ -7,8 +7,8 @@
 //! the tracer. In the module where the work is done the report compares:
 //! instruction weights implied by the recorded fall-through ranges against
 //! exact execution counts; recorded taken edges against exact taken counts;
-//! the share of recorded entries that are not real taken transfers (the
-//! validator, and edges callgrind never saw: both must be 0); and the
+//! the count of recorded entries that are not real taken transfers (the
+//! validator) and on edges callgrind never saw taken (both must be 0); and the
 //! function-level similarity of the AutoFDO profiles create_llvm_prof builds
 //! from each (`llvm-profdata overlap --sample`).
 
@@ -140,12 +140,15 @@ pub struct Scores {
     /// Overlap of instruction weights summed per function (ELF symbols).
     pub function_overlap: f64,
     pub edge_overlap: f64,
-    /// Recorded edges (by count) that callgrind never saw taken.
-    pub unseen_fraction: f64,
+    /// Recorded entries (of the non-return, non-PLT ones compared) on
+    /// edges callgrind never saw taken.
+    pub unseen: u64,
+    /// Recorded entries compared with callgrind's taken edges.
+    pub compared: u64,
     /// The heaviest of those edges, described for the report.
     pub unseen_examples: Vec<String>,
-    /// Validator violations per recorded entry.
-    pub invalid_fraction: f64,
+    /// Validator violations.
+    pub invalid: u64,
 }
 
 pub fn score(r: &Reference, rec: &Recorded) -> Scores {
@@ -206,16 +209,9 @@ pub fn score(r: &Reference, rec: &Recorded) -> Scores {
         function_overlap,
         edge_overlap,
         unseen_examples,
-        unseen_fraction: if total == 0 {
-            f64::NAN
-        } else {
-            unseen as f64 / total as f64
-        },
-        invalid_fraction: if rec.entries == 0 {
-            f64::NAN
-        } else {
-            rec.violations as f64 / rec.entries as f64
-        },
+        unseen,
+        compared: total,
+        invalid: rec.violations,
     }
 }
 
@@ -361,6 +357,7 @@ fn write(rep: &mut Report, rows: &[Row], runs: usize) -> Result<()> {
         "instruction overlap",
         "function overlap",
         "taken-edge overlap",
+        "entries compared with reference edges",
         "edges not taken in reference",
         "invalid entries",
         "function similarity (AutoFDO)",
@@ -373,15 +370,18 @@ fn write(rep: &mut Report, rows: &[Row], runs: usize) -> Result<()> {
             fmt(r.scores.instruction_overlap, 3),
             fmt(r.scores.function_overlap, 3),
             fmt(r.scores.edge_overlap, 3),
-            fmt(r.scores.unseen_fraction, 4),
-            fmt(r.scores.invalid_fraction, 4),
+            r.scores.compared.to_string(),
+            r.scores.unseen.to_string(),
+            r.scores.invalid.to_string(),
             fmt(r.function_similarity, 3),
         ]);
     }
     rep.note(&format!(
         "Training input; {runs} profiled run(s) merged per period; reference: callgrind on the same input. \
-         Overlap = Σ min of normalised weights (1 = identical). \"Edges not taken in reference\" and \
-         \"invalid entries\" must be 0. AutoFDO similarity is `llvm-profdata overlap --sample` of the \
+         Overlap = Σ min of normalised weights (1 = identical). \"Edges not taken in reference\" counts \
+         the recorded entries (of those compared: returns and PLT stubs aside) on edges callgrind \
+         never saw taken, \"invalid entries\" the entries the validator rejects: both exact \
+         counts, which must be 0. AutoFDO similarity is `llvm-profdata overlap --sample` of the \
          create_llvm_prof profiles (ours vs exact); Debian's binaries have no debug info, so it is n/a there."
     ));
     rep.table("quality", "Similarity to the exact profile (Table 4)", &t)?;

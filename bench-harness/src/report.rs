@@ -179,6 +179,18 @@ pub fn geomean(values: &[f64]) -> f64 {
     }
 }
 
+/// `median (min–max)` of per-round values, the median with 3 decimals and
+/// the spread with 2; "n/a" when there are none.
+pub fn spread(values: &[f64]) -> String {
+    let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return "n/a".into();
+    }
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{} ({}–{})", fmt(median(&v), 3), fmt(lo, 2), fmt(hi, 2))
+}
+
 /// Formats a number with `digits` decimals, or "n/a" when it is not finite.
 pub fn fmt(v: f64, digits: usize) -> String {
     if v.is_finite() {
@@ -198,6 +210,8 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!((geomean(&[1.0, 4.0]) - 2.0).abs() < 1e-12);
         assert!(median(&[]).is_nan());
+        assert_eq!(spread(&[1.1, 0.9, 1.0]), "1.000 (0.90–1.10)");
+        assert_eq!(spread(&[f64::NAN]), "n/a");
     }
 
     #[test]

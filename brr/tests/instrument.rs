@@ -135,7 +135,10 @@ fn check_workload(name: &str, args: &[&str], native: bool) {
         // same seed (BRR_SEED unset: 1 in both): the same samples, site by
         // site, and the same output.
         let (native, stdout) = run_edges(&brr_build, args, false);
-        assert!(stdout == reference, "{name} {cc:?} brr native: output changed");
+        assert!(
+            stdout == reference,
+            "{name} {cc:?} brr native: output changed"
+        );
         assert!(!native.is_empty(), "{name} {cc:?}: no native brr samples");
         assert_eq!(
             native, samples,

@@ -138,6 +138,7 @@ pub fn write_session(
         .num("dataflow_taken", c.dataflow_taken)
         .num("dataflow_verified", c.dataflow_verified)
         .num("dataflow_mismatches", c.dataflow_mismatches)
+        .num("dataflow_mismatched_stops", c.dataflow_mismatched_stops)
         .num("dataflow_rewinds", c.dataflow_rewinds);
     j.begin_object(Some("handler_ns"))
         .num("sampling", c.sampling_ns)

@@ -81,6 +81,7 @@ counters!(
     dataflow_taken,
     dataflow_verified,
     dataflow_mismatches,
+    dataflow_mismatched_stops,
     dataflow_rewinds,
 );
 

@@ -216,6 +216,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
             // elsewhere, or on another stack, disagrees with it.
             Counters::bump(&c.dataflow_verified);
             Counters::bump(&c.dataflow_mismatches);
+            Counters::bump(&c.dataflow_mismatched_stops);
         }
         let reason = if regs.rip() != form.at {
             AbortReason::PcMismatch

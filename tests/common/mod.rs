@@ -233,7 +233,11 @@ pub fn raw_script_counts(path: &Path) -> (u64, u64) {
             .skip(1)
             .filter(|w| w.starts_with("0x") && w.matches('/').count() == 5)
             .count() as u64;
-        assert!(n > 0, "{}: a sample line without entries: {line}", path.display());
+        assert!(
+            n > 0,
+            "{}: a sample line without entries: {line}",
+            path.display()
+        );
         traces += repeat;
         entries += repeat * n;
         repeat = 1;
@@ -269,7 +273,11 @@ pub fn check_reconciles(rec: &Recording) {
         c("samples") >= c("traces_started") + c("drops.no_free_buffer"),
         "samples < traces_started + no_free_buffer: {s}"
     );
-    assert_eq!(c("traces_aborted"), aborted, "traces_aborted ≠ Σ aborts: {s}");
+    assert_eq!(
+        c("traces_aborted"),
+        aborted,
+        "traces_aborted ≠ Σ aborts: {s}"
+    );
     assert_eq!(
         c("traces_started"),
         c("traces_completed") + aborted,
@@ -554,8 +562,8 @@ pub fn wait_for_traces(socket: &Path, min: u64) {
 pub fn child_of(pid: u32) -> u32 {
     let since = std::time::Instant::now();
     loop {
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .unwrap_or_default();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
         if let Some(child) = children.split_whitespace().next() {
             return child.parse().expect("pid");
         }
