@@ -19,8 +19,16 @@ impl Table {
         }
     }
 
+    /// Adds a row; it must have a cell for every header (a shorter row
+    /// would shift every later column of the CSV).
     pub fn push(&mut self, row: Vec<String>) {
-        debug_assert_eq!(row.len(), self.headers.len());
+        assert_eq!(
+            row.len(),
+            self.headers.len(),
+            "a row of {} cells under {} headers: {row:?}",
+            row.len(),
+            self.headers.len()
+        );
         self.rows.push(row);
     }
 

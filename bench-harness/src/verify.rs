@@ -122,6 +122,8 @@ pub fn run(opts: &Options) -> Result<usize> {
                 1000.0 * counts.mismatches as f64 / counts.verified as f64,
                 2,
             ),
+            (counts.mismatches - counts.mismatched_stops).to_string(),
+            counts.mismatched_stops.to_string(),
             counts.pc_mismatch.to_string(),
             counts.sp_mismatch.to_string(),
         ]);
