@@ -271,6 +271,7 @@ fn verify_reports_mismatches_per_workload() {
     assert_eq!(names, ["lua", "bzip2", "python3", "xz"], "{v:?}");
     let (checked, mismatches) = (column(&v, "predictions checked"), column(&v, "mismatches"));
     for r in &v[1..] {
+        assert_eq!(r.len(), v[0].len(), "{r:?} under {:?}", v[0]);
         assert!(num(&r[checked]) > 0.0, "no prediction checked: {r:?}");
         assert!(num(&r[mismatches]) <= num(&r[checked]), "{r:?}");
         eprintln!(
