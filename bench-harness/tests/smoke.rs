@@ -274,6 +274,13 @@ fn verify_reports_mismatches_per_workload() {
         assert_eq!(r.len(), v[0].len(), "{r:?} under {:?}", v[0]);
         assert!(num(&r[checked]) > 0.0, "no prediction checked: {r:?}");
         assert!(num(&r[mismatches]) <= num(&r[checked]), "{r:?}");
+        // A wrong target is the model's own error (a stop that arrives at
+        // another pc is not: see pc_mismatch in DESIGN.md).
+        assert_eq!(
+            num(&r[column(&v, "of which wrong targets")]),
+            0.0,
+            "the data-flow model predicted a wrong target: {r:?}"
+        );
         eprintln!(
             "verify --quick: {}: {} mismatches in {} predictions",
             r[0], r[mismatches], r[checked]
