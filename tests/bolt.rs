@@ -29,6 +29,7 @@ fn llvm_bolt_accepts_the_preaggregated_profile() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
+    check_summary(&load(&out));
     let fdata = out.join("branchy.bolt.fdata");
     let text =
         std::fs::read_to_string(&fdata).unwrap_or_else(|e| panic!("{}: {e}", fdata.display()));
