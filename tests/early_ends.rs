@@ -109,7 +109,8 @@ fn no_stop_inside_an_rseq_critical_section() {
     assert!(off.status.success(), "{}", text(&off.stderr));
     for dir in [&out, &off_out] {
         let rec = load(dir);
-        check_summary(&rec);
+        // Every trace may end at the section: none need complete.
+        check_reconciles(&rec);
         assert!(
             counter(&rec.summary, "aborts.rseq") > 0,
             "no trace ended at the rseq section: {}",

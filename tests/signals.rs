@@ -68,15 +68,25 @@ fn ctrl_c_to_the_process_group_keeps_the_profile() {
     let binary = build(&clang, &dir.0, "control", &["control.c"], &[]);
     let out = dir.path("out");
     let never = dir.path("never-created");
-    let mut child = std::process::Command::new(&tracer.ctl)
+    let mut command = std::process::Command::new(&tracer.ctl);
+    command
         .args(["record", "-q", "-c", "1000000", "-o"])
         .arg(&out)
         .arg("--")
         .arg(&binary)
         .arg(&never)
-        .process_group(0)
-        .spawn()
-        .expect("profiler-ctl runs");
+        .process_group(0);
+    // As at a terminal, SIGINT is at its default action: a test run from a
+    // background job (whose shell ignores SIGINT in it, as POSIX asks)
+    // would otherwise pass the ignored disposition on and wait forever.
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("profiler-ctl runs");
     // Once the session has collected a few traces, the signal comes.
     let program = child_of(child.id());
     let socket = default_socket(program);
