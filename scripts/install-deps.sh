@@ -40,6 +40,7 @@ TOOLS=(
     apt-get:apt
     sh:dash
     bash:bash
+    sleep:coreutils
     awk:mawk
     setpriv:util-linux
 )

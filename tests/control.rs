@@ -6,7 +6,6 @@ mod common;
 
 use std::ffi::CString;
 use std::path::Path;
-use std::time::Duration;
 
 use common::controlled::*;
 use common::*;

@@ -572,9 +572,12 @@ pub fn child_of(pid: u32) -> u32 {
     }
 }
 
-/// The control socket a preloaded process listens on by default.
+/// The control socket a preloaded process listens on by default, for a
+/// process that inherited this test's environment (the library's own rule).
 pub fn default_socket(pid: u32) -> PathBuf {
-    PathBuf::from(format!("/tmp/breakdance.{pid}.sock"))
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    breakdance::control::socket_path::socket_path(pid as i32, uid, |k| std::env::var(k).ok()).path()
 }
 
 /// Waits for `socket` to exist.
