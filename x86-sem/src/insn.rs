@@ -1,0 +1,261 @@
+//! A decoded instruction with its operands resolved once, at decode time,
+//! into the few bytes the handlers read on every execution.
+
+use iced_x86::{Code, Decoder, DecoderOptions, Instruction, OpKind, Register};
+
+/// Operand slot values (`Insn::op`): 0–15 a general-purpose register,
+/// [`HIGH8`]+0..3 ah/ch/dh/bh, [`VEC`]+n a vector register, [`KREG`]+n a
+/// mask register, [`MEM`] the memory operand, [`IMM`] the immediate (or
+/// branch target), [`NONE`] anything else.
+pub(crate) const HIGH8: u8 = 0x10;
+pub(crate) const VEC: u8 = 0x20;
+pub(crate) const KREG: u8 = 0x40;
+pub(crate) const MEM: u8 = 0x80;
+pub(crate) const IMM: u8 = 0x81;
+pub(crate) const NONE: u8 = 0xff;
+
+/// Segment base added to a memory operand's address.
+pub(crate) const SEG_NONE: u8 = 0;
+pub(crate) const SEG_FS: u8 = 1;
+pub(crate) const SEG_GS: u8 = 2;
+
+/// One entry of the decoded-instruction cache.
+#[derive(Clone, Copy, Debug)]
+pub struct Insn {
+    /// Address of the instruction; [`Insn::EMPTY_IP`] in an empty entry.
+    pub(crate) ip: u64,
+    /// Memory displacement, with RIP/EIP-relative addresses already folded
+    /// in (the base is then [`NONE`]).
+    pub(crate) disp: u64,
+    /// The immediate (as iced extends it) or the near-branch target.
+    pub(crate) imm: u64,
+    pub(crate) instr: Instruction,
+    /// Operand slots, see [`MEM`] and friends.
+    pub(crate) op: [u8; 4],
+    /// Base and index register numbers, or [`NONE`].
+    pub(crate) base: u8,
+    pub(crate) index: u8,
+    /// log2 of the index scale.
+    pub(crate) scale: u8,
+    /// [`SEG_NONE`], [`SEG_FS`] or [`SEG_GS`].
+    pub(crate) seg: u8,
+    /// 32-bit address size (the 0x67 prefix): the effective address wraps
+    /// at 4 GiB, and string instructions use esi/edi/ecx.
+    pub(crate) addr32: bool,
+    pub(crate) len: u8,
+    /// The iced `Code`, indexing the dispatch table.
+    pub(crate) code: u16,
+}
+
+impl Insn {
+    /// The tag of an empty cache entry (no instruction starts there and
+    /// still fits before the end of the address space).
+    pub const EMPTY_IP: u64 = u64::MAX;
+
+    /// An empty cache entry, to fill the storage a cache is built on.
+    #[must_use]
+    pub fn empty() -> Insn {
+        Insn {
+            ip: Self::EMPTY_IP,
+            disp: 0,
+            imm: 0,
+            instr: Instruction::default(),
+            op: [NONE; 4],
+            base: NONE,
+            index: NONE,
+            scale: 0,
+            seg: SEG_NONE,
+            addr32: false,
+            len: 0,
+            code: Code::INVALID as u16,
+        }
+    }
+
+    /// Decodes the instruction at `ip` from `bytes` (as many as are
+    /// executable there); `None` when they do not hold a whole valid
+    /// instruction.
+    #[must_use]
+    pub fn decode(ip: u64, bytes: &[u8]) -> Option<Insn> {
+        let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+        let mut instr = Instruction::default();
+        decoder.decode_out(&mut instr);
+        if instr.is_invalid() {
+            return None;
+        }
+        Some(Insn::resolve(instr))
+    }
+
+    /// Resolves the operands of a decoded instruction.
+    #[must_use]
+    pub fn resolve(instr: Instruction) -> Insn {
+        let mut insn = Insn::empty();
+        insn.ip = instr.ip();
+        insn.len = instr.len() as u8;
+        insn.code = instr.code() as u16;
+        for n in 0..instr.op_count().min(4) {
+            insn.op[n as usize] = match instr.op_kind(n) {
+                OpKind::Register => register_slot(instr.op_register(n)),
+                OpKind::Memory => MEM,
+                OpKind::NearBranch64 => {
+                    insn.imm = instr.near_branch64();
+                    IMM
+                }
+                OpKind::Immediate8
+                | OpKind::Immediate16
+                | OpKind::Immediate32
+                | OpKind::Immediate64
+                | OpKind::Immediate8to16
+                | OpKind::Immediate8to32
+                | OpKind::Immediate8to64
+                | OpKind::Immediate32to64 => {
+                    insn.imm = instr.immediate(n);
+                    IMM
+                }
+                OpKind::MemorySegESI | OpKind::MemorySegEDI | OpKind::MemoryESEDI => {
+                    insn.addr32 = true;
+                    NONE
+                }
+                _ => NONE,
+            };
+        }
+        if insn.op.contains(&MEM) {
+            let base = instr.memory_base();
+            let index = instr.memory_index();
+            if base == Register::RIP || base == Register::EIP {
+                // iced gives the absolute target, already wrapped to 32
+                // bits for EIP.
+                insn.disp = instr.memory_displacement64();
+            } else {
+                insn.disp = instr.memory_displacement64();
+                insn.base = gpr_number(base);
+            }
+            insn.index = gpr_number(index);
+            insn.scale = instr.memory_index_scale().trailing_zeros() as u8;
+            // The address size: 32 bits when a register in the address is
+            // 32-bit, or, with neither, when the displacement is the 0x67
+            // form (iced sizes it 4 instead of 8).
+            insn.addr32 = base.is_gpr32()
+                || base == Register::EIP
+                || index.is_gpr32()
+                || (base == Register::None
+                    && index == Register::None
+                    && instr.memory_displ_size() == 4);
+        }
+        insn.seg = match instr.memory_segment() {
+            Register::FS => SEG_FS,
+            Register::GS => SEG_GS,
+            _ => SEG_NONE,
+        };
+        insn.instr = instr;
+        insn
+    }
+
+    /// Address of the instruction.
+    #[must_use]
+    #[inline]
+    pub fn ip(&self) -> u64 {
+        self.ip
+    }
+
+    /// Length in bytes.
+    #[must_use]
+    #[inline]
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// False for a real instruction (an empty entry has length 0).
+    #[must_use]
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The instruction as iced decoded it.
+    #[must_use]
+    #[inline]
+    pub fn instruction(&self) -> &Instruction {
+        &self.instr
+    }
+
+    /// The instruction's iced `Code`.
+    #[must_use]
+    #[inline]
+    pub fn code(&self) -> Code {
+        self.instr.code()
+    }
+}
+
+/// The slot of a register operand.
+fn register_slot(r: Register) -> u8 {
+    match r {
+        Register::AH | Register::CH | Register::DH | Register::BH => {
+            HIGH8 + (r as u8 - Register::AH as u8)
+        }
+        _ if r.is_gpr() => r.full_register().number() as u8,
+        _ if r.is_xmm() || r.is_ymm() || r.is_zmm() => VEC + r.number() as u8,
+        _ if r.is_k() => KREG + r.number() as u8,
+        _ => NONE,
+    }
+}
+
+/// The number of a general-purpose register used in an address, or NONE.
+fn gpr_number(r: Register) -> u8 {
+    if r.is_gpr64() || r.is_gpr32() {
+        r.full_register().number() as u8
+    } else {
+        NONE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(bytes: &[u8], ip: u64) -> Insn {
+        Insn::decode(ip, bytes).expect("valid")
+    }
+
+    #[test]
+    fn address_size_follows_the_0x67_prefix() {
+        // mov eax, [rbx + rcx*4 + 8]
+        let i = resolve(&[0x8b, 0x44, 0x8b, 0x08], 0x1000);
+        assert_eq!(
+            (i.base, i.index, i.scale, i.disp, i.addr32),
+            (3, 1, 2, 8, false)
+        );
+        // mov eax, [ecx*4 - 16]: no base, 32-bit index.
+        let i = resolve(&[0x67, 0x8b, 0x04, 0x8d, 0xf0, 0xff, 0xff, 0xff], 0x1000);
+        assert_eq!(
+            (i.base, i.index, i.disp, i.addr32),
+            (NONE, 1, 0xffff_fff0, true)
+        );
+        // mov eax, [0x80000000] with and without 0x67.
+        let i = resolve(&[0x67, 0x8b, 0x04, 0x25, 0, 0, 0, 0x80], 0x1000);
+        assert_eq!((i.disp, i.addr32), (0x8000_0000, true));
+        let i = resolve(&[0x8b, 0x04, 0x25, 0, 0, 0, 0x80], 0x1000);
+        assert_eq!((i.disp, i.addr32), (0xffff_ffff_8000_0000, false));
+        // mov eax, [eip + 0x10] high in the address space wraps to 32 bits.
+        let i = resolve(&[0x67, 0x8b, 0x05, 0x10, 0, 0, 0], 0x7_0000_1000);
+        assert_eq!((i.base, i.disp, i.addr32), (NONE, 0x1017, true));
+        // mov eax, fs:[0x28]
+        let i = resolve(&[0x64, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0], 0);
+        assert_eq!((i.seg, i.disp), (SEG_FS, 0x28));
+        // movsb with 0x67 uses esi/edi.
+        assert!(resolve(&[0x67, 0xa4], 0).addr32);
+        assert!(!resolve(&[0xa4], 0).addr32);
+    }
+
+    #[test]
+    fn registers_resolve_to_slots() {
+        // add ah, bh
+        let i = resolve(&[0x00, 0xfc], 0);
+        assert_eq!(i.op[..2], [HIGH8, HIGH8 + 3]);
+        // add r9w, 5
+        let i = resolve(&[0x66, 0x41, 0x83, 0xc1, 0x05], 0);
+        assert_eq!((i.op[0], i.op[1], i.imm), (9, IMM, 5));
+        // pxor xmm13, xmm2
+        let i = resolve(&[0x66, 0x44, 0x0f, 0xef, 0xea], 0);
+        assert_eq!(i.op[..2], [VEC + 13, VEC + 2]);
+    }
+}

@@ -1,0 +1,281 @@
+//! Architectural registers: the [`Registers`] trait the semantics run on,
+//! and [`CpuState`], the plain register file that implements it.
+
+/// General-purpose register numbers, in x86 encoding order.
+pub mod gpr {
+    /// rax
+    pub const RAX: usize = 0;
+    /// rcx
+    pub const RCX: usize = 1;
+    /// rdx
+    pub const RDX: usize = 2;
+    /// rbx
+    pub const RBX: usize = 3;
+    /// rsp
+    pub const RSP: usize = 4;
+    /// rbp
+    pub const RBP: usize = 5;
+    /// rsi
+    pub const RSI: usize = 6;
+    /// rdi
+    pub const RDI: usize = 7;
+    /// r8
+    pub const R8: usize = 8;
+    /// r9
+    pub const R9: usize = 9;
+    /// r10
+    pub const R10: usize = 10;
+    /// r11
+    pub const R11: usize = 11;
+}
+
+/// RFLAGS bits.
+pub mod flag {
+    /// Carry.
+    pub const CF: u64 = 1 << 0;
+    /// Bit 1 reads as one.
+    pub const RESERVED1: u64 = 1 << 1;
+    /// Parity of the low byte of a result.
+    pub const PF: u64 = 1 << 2;
+    /// Auxiliary carry (out of bit 3).
+    pub const AF: u64 = 1 << 4;
+    /// Zero.
+    pub const ZF: u64 = 1 << 6;
+    /// Sign.
+    pub const SF: u64 = 1 << 7;
+    /// Trap (single step).
+    pub const TF: u64 = 1 << 8;
+    /// Interrupt enable (always set in user mode).
+    pub const IF: u64 = 1 << 9;
+    /// Direction of string instructions.
+    pub const DF: u64 = 1 << 10;
+    /// Signed overflow.
+    pub const OF: u64 = 1 << 11;
+    /// Nested task.
+    pub const NT: u64 = 1 << 14;
+    /// Resume flag (set in a signal frame, never pushed).
+    pub const RF: u64 = 1 << 16;
+    /// Alignment check.
+    pub const AC: u64 = 1 << 18;
+    /// CPUID available (software-toggled).
+    pub const ID: u64 = 1 << 21;
+    /// The six arithmetic status flags; the undefined mask only ever holds
+    /// these.
+    pub const STATUS: u64 = CF | PF | AF | ZF | SF | OF;
+}
+
+/// The architectural state one instruction reads and writes.
+///
+/// The step function calls these from a signal-handler-safe path:
+/// implementations must not allocate, lock or block.
+pub trait Registers {
+    /// Full 64-bit value of general-purpose register `i` (0 = rax … 15 = r15).
+    fn gpr(&self, i: usize) -> u64;
+    /// Sets general-purpose register `i` to the full 64-bit `value`.
+    fn set_gpr(&mut self, i: usize, value: u64);
+    /// Address of the next instruction to execute.
+    fn rip(&self) -> u64;
+    /// Sets the instruction pointer.
+    fn set_rip(&mut self, value: u64);
+    /// RFLAGS; bits marked in [`Registers::undefined`] hold no meaning.
+    fn rflags(&self) -> u64;
+    /// Sets RFLAGS.
+    fn set_rflags(&mut self, value: u64);
+    /// Status-flag bits ([`flag::STATUS`]) whose value is not known: an
+    /// instruction left them architecturally undefined. An instruction
+    /// that reads one stops with [`crate::Stop::UnknownFlags`].
+    fn undefined(&self) -> u64;
+    /// Sets the undefined-flag mask.
+    fn set_undefined(&mut self, value: u64);
+    /// Vector register `i` (zmm0–zmm31) as eight 64-bit lanes, lane 0
+    /// lowest; xmm `i` is lanes 0–1, ymm `i` lanes 0–3.
+    fn vec(&self, i: usize) -> &[u64; 8];
+    /// Vector register `i`, writable.
+    fn vec_mut(&mut self, i: usize) -> &mut [u64; 8];
+    /// Mask register k0–k7.
+    fn k(&self, i: usize) -> u64;
+    /// Sets a mask register.
+    fn set_k(&mut self, i: usize, value: u64);
+    /// The fs segment base (thread pointer on Linux).
+    fn fs_base(&self) -> u64;
+    /// Sets the fs segment base.
+    fn set_fs_base(&mut self, value: u64);
+    /// The gs segment base.
+    fn gs_base(&self) -> u64;
+    /// Sets the gs segment base.
+    fn set_gs_base(&mut self, value: u64);
+
+    /// The low 128 bits of vector register `i`.
+    #[inline(always)]
+    fn xmm(&self, i: usize) -> u128 {
+        let v = self.vec(i);
+        u128::from(v[0]) | u128::from(v[1]) << 64
+    }
+
+    /// Writes the low 128 bits of vector register `i` and keeps the rest,
+    /// as legacy SSE instructions do.
+    #[inline(always)]
+    fn set_xmm(&mut self, i: usize, value: u128) {
+        let v = self.vec_mut(i);
+        v[0] = value as u64;
+        v[1] = (value >> 64) as u64;
+    }
+}
+
+/// A plain register file: what the tracer fills from a signal's ucontext
+/// and compares at a checkpoint, and what brr's machine runs on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuState {
+    /// rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8 … r15.
+    pub gpr: [u64; 16],
+    /// Instruction pointer.
+    pub rip: u64,
+    /// RFLAGS.
+    pub rflags: u64,
+    /// Status flags whose value is unknown (see [`Registers::undefined`]).
+    pub undefined: u64,
+    /// zmm0–zmm31, eight 64-bit lanes each (xmm = lanes 0–1).
+    pub vec: [[u64; 8]; 32],
+    /// k0–k7.
+    pub k: [u64; 8],
+    /// fs segment base.
+    pub fs_base: u64,
+    /// gs segment base.
+    pub gs_base: u64,
+}
+
+/// Which part of two register states differs first (see
+/// [`CpuState::first_difference`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Difference {
+    /// General-purpose register `n`.
+    Gpr(usize),
+    /// The instruction pointer.
+    Rip,
+    /// A status flag the prediction defines (the bits that differ).
+    Flags(u64),
+    /// DF or another control flag.
+    ControlFlags(u64),
+    /// Vector register `n`.
+    Vec(usize),
+    /// Mask register `n`.
+    K(usize),
+    /// fs or gs base.
+    SegmentBase,
+}
+
+impl CpuState {
+    /// A state with every register zero and RFLAGS at its reset value
+    /// (bit 1 and IF set).
+    #[must_use]
+    pub const fn new() -> CpuState {
+        CpuState {
+            gpr: [0; 16],
+            rip: 0,
+            rflags: flag::RESERVED1 | flag::IF,
+            undefined: 0,
+            vec: [[0; 8]; 32],
+            k: [0; 8],
+            fs_base: 0,
+            gs_base: 0,
+        }
+    }
+
+    /// Compares a predicted state (`self`) with an observed one, ignoring
+    /// status flags the prediction marks undefined and RF (the kernel sets
+    /// it in signal frames). `None` when they agree.
+    #[must_use]
+    pub fn first_difference(&self, actual: &CpuState) -> Option<Difference> {
+        if let Some(n) = (0..16).find(|&n| self.gpr[n] != actual.gpr[n]) {
+            return Some(Difference::Gpr(n));
+        }
+        if self.rip != actual.rip {
+            return Some(Difference::Rip);
+        }
+        let status = (self.rflags ^ actual.rflags) & flag::STATUS & !self.undefined;
+        if status != 0 {
+            return Some(Difference::Flags(status));
+        }
+        let control = (self.rflags ^ actual.rflags) & !flag::STATUS & !flag::RF;
+        if control != 0 {
+            return Some(Difference::ControlFlags(control));
+        }
+        if let Some(n) = (0..32).find(|&n| self.vec[n] != actual.vec[n]) {
+            return Some(Difference::Vec(n));
+        }
+        if let Some(n) = (0..8).find(|&n| self.k[n] != actual.k[n]) {
+            return Some(Difference::K(n));
+        }
+        if self.fs_base != actual.fs_base || self.gs_base != actual.gs_base {
+            return Some(Difference::SegmentBase);
+        }
+        None
+    }
+}
+
+impl Registers for CpuState {
+    #[inline(always)]
+    fn gpr(&self, i: usize) -> u64 {
+        self.gpr[i & 15]
+    }
+    #[inline(always)]
+    fn set_gpr(&mut self, i: usize, value: u64) {
+        self.gpr[i & 15] = value;
+    }
+    #[inline(always)]
+    fn rip(&self) -> u64 {
+        self.rip
+    }
+    #[inline(always)]
+    fn set_rip(&mut self, value: u64) {
+        self.rip = value;
+    }
+    #[inline(always)]
+    fn rflags(&self) -> u64 {
+        self.rflags
+    }
+    #[inline(always)]
+    fn set_rflags(&mut self, value: u64) {
+        self.rflags = value;
+    }
+    #[inline(always)]
+    fn undefined(&self) -> u64 {
+        self.undefined
+    }
+    #[inline(always)]
+    fn set_undefined(&mut self, value: u64) {
+        self.undefined = value;
+    }
+    #[inline(always)]
+    fn vec(&self, i: usize) -> &[u64; 8] {
+        &self.vec[i & 31]
+    }
+    #[inline(always)]
+    fn vec_mut(&mut self, i: usize) -> &mut [u64; 8] {
+        &mut self.vec[i & 31]
+    }
+    #[inline(always)]
+    fn k(&self, i: usize) -> u64 {
+        self.k[i & 7]
+    }
+    #[inline(always)]
+    fn set_k(&mut self, i: usize, value: u64) {
+        self.k[i & 7] = value;
+    }
+    #[inline(always)]
+    fn fs_base(&self) -> u64 {
+        self.fs_base
+    }
+    #[inline(always)]
+    fn set_fs_base(&mut self, value: u64) {
+        self.fs_base = value;
+    }
+    #[inline(always)]
+    fn gs_base(&self) -> u64 {
+        self.gs_base
+    }
+    #[inline(always)]
+    fn set_gs_base(&mut self, value: u64) {
+        self.gs_base = value;
+    }
+}
