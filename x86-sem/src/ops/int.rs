@@ -200,7 +200,8 @@ pub(crate) fn bswap<X: Machine, const S: usize>(x: &mut X, i: &Insn, _r: &mut Re
 /// cmpxchg r/m, r: compare with the accumulator; equal: store the source,
 /// else load the destination into the accumulator. A memory destination
 /// is written either way (with its own value when unequal), as the CPU
-/// does.
+/// does; a register destination is left alone when unequal (a 32-bit one
+/// keeps its upper half).
 pub(crate) fn cmpxchg<X: Machine, const S: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let acc = reg(x, 0) & mask(S);
     let dest = read::<X, S>(x, i, i.op[0], r)?;
@@ -210,7 +211,9 @@ pub(crate) fn cmpxchg<X: Machine, const S: usize>(x: &mut X, i: &Insn, r: &mut R
     if acc == dest {
         write::<X, S>(x, i, i.op[0], src, r)?;
     } else {
-        write::<X, S>(x, i, i.op[0], dest, r)?;
+        if i.op[0] == MEM {
+            write::<X, S>(x, i, i.op[0], dest, r)?;
+        }
         set_sized::<X, S>(x, 0, dest);
     }
     flags::update(x.regs_mut(), STATUS, f, 0);

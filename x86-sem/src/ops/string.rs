@@ -48,7 +48,22 @@ pub(crate) fn string<X: Machine, const OP: u8, const S: usize>(
     let mut done = 0u64;
     loop {
         if rep {
-            if reg(x, gpr::RCX) & amask == 0 {
+            let c = reg(x, gpr::RCX);
+            if c & amask == 0 {
+                if a32 && done == 0 {
+                    // Measured on Zen 5 (tests/forms.txt): with no
+                    // iteration to run, the CPU still writes ecx, and
+                    // movs/stos their pointers, clearing the upper halves.
+                    set_pointer(x, gpr::RCX, c, true);
+                    if OP == MOVS {
+                        let si = reg(x, gpr::RSI);
+                        set_pointer(x, gpr::RSI, si, true);
+                    }
+                    if OP == MOVS || OP == STOS {
+                        let di = reg(x, gpr::RDI);
+                        set_pointer(x, gpr::RDI, di, true);
+                    }
+                }
                 return Ok(());
             }
             if done == limit {

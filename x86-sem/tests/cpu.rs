@@ -1,0 +1,294 @@
+//! Every form the dispatch table implements, checked against the CPU.
+//!
+//! Each line of `forms.txt` is assembled, then run many times from random
+//! and edge-case states (registers, flags, xmm, memory), natively and under
+//! the core. They must agree on every register, every byte of memory, where
+//! execution continues, and every status flag the manuals define; the core's
+//! undefined-flag mask must be exactly what the manuals leave undefined
+//! (`harness/manual.rs`). A second core run starts from a random undefined
+//! mask: an instruction that reads an undefined flag must stop with
+//! `UnknownFlags` and change nothing; one that does not must carry the mask
+//! through. A coverage check fails when a form in the table has no line.
+
+mod harness;
+
+use harness::manual::{self, Expect};
+use harness::native::{self, Ending, CODE, DATA, ENTRY};
+use harness::{
+    first_byte_difference, make_case, run_core, run_native, Case, Outcome, Rng, TestCpu,
+};
+use iced_x86::{Code, Mnemonic};
+use std::collections::BTreeSet;
+use x86_sem::flag::{RF, STATUS};
+use x86_sem::{DecodeCache, Insn, Retired, Stop, Table};
+
+/// Cases per vector line.
+const CASES: usize = 400;
+
+/// Instructions the core hands back to its owner without running them:
+/// checked for the stop and an unchanged state only (syscall is never run
+/// natively; the others' results are the CPU's own).
+fn owner_handled(m: Mnemonic) -> Option<Stop> {
+    use Mnemonic::*;
+    match m {
+        Syscall => Some(Stop::Syscall),
+        Cpuid | Rdtsc | Rdtscp | Rdpmc | Xgetbv | Rdpkru | Rdpid | Rdrand | Rdseed => {
+            Some(Stop::Opaque)
+        }
+        _ => None,
+    }
+}
+
+fn same_state_except_undefined(a: &Outcome, b: &Outcome) -> Result<(), String> {
+    let mut x = a.regs;
+    x.undefined = b.regs.undefined;
+    if x != b.regs {
+        return Err(format!(
+            "registers differ:\n  {:x?}\n  {:x?}",
+            a.regs, b.regs
+        ));
+    }
+    if let Some(d) = first_byte_difference(DATA, &a.data, &b.data) {
+        return Err(d);
+    }
+    if let Some(d) = first_byte_difference(CODE, &a.code, &b.code) {
+        return Err(d);
+    }
+    Ok(())
+}
+
+/// The core agrees with the CPU on registers, the flags the manuals
+/// define, and memory.
+fn agree(core: &Outcome, cpu: &Outcome, exp: &Expect, initial: &Case) -> Result<(), String> {
+    for n in 0..16 {
+        if core.regs.gpr[n] != cpu.regs.gpr[n] {
+            return Err(format!(
+                "gpr {n}: core {:#x}, cpu {:#x}",
+                core.regs.gpr[n], cpu.regs.gpr[n]
+            ));
+        }
+    }
+    if core.regs.rip != cpu.regs.rip {
+        return Err(format!(
+            "rip: core {:#x}, cpu {:#x}",
+            core.regs.rip, cpu.regs.rip
+        ));
+    }
+    let defined = STATUS & !exp.undefined;
+    let diff = core.regs.rflags ^ cpu.regs.rflags;
+    if diff & defined != 0 {
+        return Err(format!(
+            "defined flags {:#x}: core {:#x}, cpu {:#x}",
+            diff & defined,
+            core.regs.rflags & defined,
+            cpu.regs.rflags & defined
+        ));
+    }
+    if diff & !STATUS & !RF != 0 {
+        return Err(format!(
+            "control flags: core {:#x}, cpu {:#x}",
+            core.regs.rflags, cpu.regs.rflags
+        ));
+    }
+    for n in 0..16 {
+        if core.regs.vec[n][..2] != cpu.regs.vec[n][..2] {
+            return Err(format!(
+                "xmm{n}: core {:x?}, cpu {:x?}",
+                &core.regs.vec[n][..2],
+                &cpu.regs.vec[n][..2]
+            ));
+        }
+        if core.regs.vec[n][2..] != initial.state.vec[n][2..] {
+            return Err(format!("zmm{n} above bit 128 changed"));
+        }
+    }
+    if let Some(d) = first_byte_difference(DATA, &core.data, &cpu.data) {
+        return Err(d);
+    }
+    if let Some(d) = first_byte_difference(CODE, &core.code, &cpu.code) {
+        return Err(d);
+    }
+    Ok(())
+}
+
+/// Whether a core stop matches the signal the CPU raised.
+fn same_fault(stop: Stop, signo: i32) -> bool {
+    match stop {
+        Stop::Fault { .. } => signo == libc::SIGSEGV || signo == libc::SIGBUS,
+        Stop::DivideError => signo == libc::SIGFPE,
+        Stop::Trap => matches!(signo, libc::SIGILL | libc::SIGTRAP | libc::SIGSEGV),
+        _ => false,
+    }
+}
+
+struct Runner {
+    table: Table<TestCpu>,
+    cache: DecodeCache<Vec<Insn>>,
+    fs: u64,
+}
+
+impl Runner {
+    fn check(
+        &mut self,
+        bytes: &[u8],
+        instr: &iced_x86::Instruction,
+        case: &Case,
+        rng: &mut Rng,
+    ) -> Result<(), String> {
+        let exp = manual::expect(instr, &case.state);
+        let (core, result) = run_core(&self.table, &mut self.cache, bytes, case, 0);
+        let before = Outcome {
+            regs: case.state,
+            data: case.data.clone(),
+            code: core.code.clone(),
+        };
+        let handed_back = owner_handled(instr.mnemonic()).or(exp.opaque.then_some(Stop::Opaque));
+        if let Some(stop) = handed_back {
+            if result != Err(stop) {
+                return Err(format!("core gave {result:?}, expected {stop:?}"));
+            }
+            return same_state_except_undefined(&core, &before);
+        }
+        let (cpu, ending) = run_native(bytes, case);
+        match ending {
+            Ending::Landed(at) => {
+                let r: Retired = result
+                    .map_err(|e| format!("core stopped with {e:?}; the CPU went on to {at:#x}"))?;
+                if r.next_rip != at || r.ip != ENTRY || r.len as usize != bytes.len() {
+                    return Err(format!("core retired {r:x?}; the CPU went on to {at:#x}"));
+                }
+                agree(&core, &cpu, &exp, case)?;
+                if core.regs.undefined != exp.undefined {
+                    return Err(format!(
+                        "undefined mask {:#x}, the manuals say {:#x}",
+                        core.regs.undefined, exp.undefined
+                    ));
+                }
+            }
+            Ending::Signal { signo, rip, .. }
+                if rip != ENTRY && rip != ENTRY + bytes.len() as u64 =>
+            {
+                return Err(format!(
+                    "the CPU raised signal {signo} at {rip:#x}: the case left the harness regions"
+                ));
+            }
+            Ending::Signal { signo, .. } => {
+                let stop = match result {
+                    Ok(r) => {
+                        return Err(format!(
+                            "core retired {r:x?}; the CPU raised signal {signo}"
+                        ))
+                    }
+                    Err(e) => e,
+                };
+                if !same_fault(stop, signo) {
+                    return Err(format!(
+                        "core stopped with {stop:?}; the CPU raised signal {signo}"
+                    ));
+                }
+                // Only rep string instructions may have progressed.
+                agree(
+                    &core,
+                    &cpu,
+                    &Expect {
+                        undefined: 0,
+                        ..exp
+                    },
+                    case,
+                )?;
+            }
+        }
+        // Again from a random undefined mask.
+        let u = rng.next() & STATUS;
+        let (core2, result2) = run_core(&self.table, &mut self.cache, bytes, case, u);
+        if u & exp.reads != 0 {
+            if result2 != Err(Stop::UnknownFlags) {
+                return Err(format!(
+                    "reads undefined flags {:#x}, but the core gave {result2:?}",
+                    u & exp.reads
+                ));
+            }
+            return same_state_except_undefined(&core2, &before);
+        }
+        if result2.map(|r| r.next_rip) != result.map(|r| r.next_rip) {
+            return Err(format!(
+                "with undefined {u:#x} the core gave {result2:?}, without {result:?}"
+            ));
+        }
+        if result.is_ok() {
+            let want = if exp.flips_cf {
+                u
+            } else {
+                (u & !exp.writes) | exp.undefined
+            };
+            if core2.regs.undefined != want {
+                return Err(format!(
+                    "from undefined {u:#x} the mask became {:#x}, expected {want:#x}",
+                    core2.regs.undefined
+                ));
+            }
+            same_state_except_undefined(&core2, &core)?;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn every_form_matches_the_cpu() {
+    let vectors = harness::vectors::load("forms.txt");
+    let _lock = native::lock();
+    let mut runner = Runner {
+        table: Table::new(),
+        cache: DecodeCache::new(vec![Insn::empty(); 16]).unwrap(),
+        fs: native::fs_base(),
+    };
+    let mut failures = Vec::new();
+    for (k, v) in vectors.iter().enumerate() {
+        let mut rng =
+            Rng(0x9e37_79b9_7f4a_7c15 ^ (k as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
+        for n in 0..CASES {
+            let case = make_case(&v.instr, &mut rng, runner.fs);
+            if let Err(e) = runner.check(&v.bytes, &v.instr, &case, &mut rng) {
+                failures.push(format!(
+                    "`{}` ({:?}) case {n}: {e}\n    from {:x?}",
+                    v.text,
+                    v.instr.code(),
+                    case.state
+                ));
+                break;
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} lines disagree with the CPU:\n{}",
+        failures.len(),
+        vectors.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_implemented_form_has_a_native_test() {
+    let vectors = harness::vectors::load("forms.txt");
+    let tested: BTreeSet<Code> = vectors.iter().map(|v| v.instr.code()).collect();
+    let table = Table::<TestCpu>::new();
+    let missing: Vec<Code> = table
+        .implemented()
+        .filter(|c| !tested.contains(c))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} implemented forms have no line in forms.txt: {missing:?}",
+        missing.len()
+    );
+    let untested: Vec<&str> = vectors
+        .iter()
+        .filter(|v| !table.implements(v.instr.code()))
+        .map(|v| v.text.as_str())
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "lines for forms the table lacks: {untested:?}"
+    );
+}

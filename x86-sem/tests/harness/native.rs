@@ -1,0 +1,302 @@
+//! Runs one instruction on the CPU with every general-purpose register,
+//! RFLAGS and xmm0–15 set from a state, and reads them all back.
+//!
+//! The instruction sits in a code region filled with int3. An assembly
+//! stub loads the state (rsp included) and jumps to it; whatever happens
+//! next traps: an int3 where execution landed (after a fall-through or a
+//! branch), or the instruction's own fault. The signal handler copies the
+//! registers out of the signal frame and resumes the stub's epilogue on
+//! the host stack. Signal frames go to an alternate stack, so the guest
+//! stack (inside the data region) is untouched.
+//!
+//! Code and data live at fixed addresses below 4 GiB, so that 32-bit
+//! address-size forms and absolute addresses in the test vectors reach
+//! them. One run at a time: callers hold [`lock`].
+
+use std::sync::{Mutex, MutexGuard, Once};
+
+/// Start of the data region (operands, stack).
+pub const DATA: u64 = 0x2000_0000;
+/// Its size.
+pub const DATA_LEN: usize = 0x4000;
+/// Start of the code region.
+pub const CODE: u64 = 0x3000_0000;
+/// Its size.
+pub const CODE_LEN: usize = 0x4000;
+/// Where the instruction under test is placed: branches of up to ±0x1f00
+/// land on int3.
+pub const ENTRY: u64 = CODE + 0x2000;
+
+/// The register image the stub loads and the handler fills.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NativeState {
+    pub gpr: [u64; 16],
+    pub flags: u64,
+    pub xmm: [[u64; 2]; 16],
+}
+
+/// How the run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Execution reached an int3 at this address (the instruction retired
+    /// and continued there).
+    Landed(u64),
+    /// A signal at `rip`: the instruction's own (rip at it), or a fetch
+    /// fault where a branch went.
+    Signal { signo: i32, addr: u64, rip: u64 },
+}
+
+std::arch::global_asm!(
+    ".data",
+    ".balign 8",
+    ".globl x86sem_native_host_rsp",
+    "x86sem_native_host_rsp: .quad 0",
+    ".globl x86sem_native_target",
+    "x86sem_native_target: .quad 0",
+    ".text",
+    ".globl x86sem_native_enter",
+    "x86sem_native_enter:",
+    "push rbx",
+    "push rbp",
+    "push r12",
+    "push r13",
+    "push r14",
+    "push r15",
+    "mov [rip + x86sem_native_host_rsp], rsp",
+    "movdqu xmm0, [rdi + 136]",
+    "movdqu xmm1, [rdi + 152]",
+    "movdqu xmm2, [rdi + 168]",
+    "movdqu xmm3, [rdi + 184]",
+    "movdqu xmm4, [rdi + 200]",
+    "movdqu xmm5, [rdi + 216]",
+    "movdqu xmm6, [rdi + 232]",
+    "movdqu xmm7, [rdi + 248]",
+    "movdqu xmm8, [rdi + 264]",
+    "movdqu xmm9, [rdi + 280]",
+    "movdqu xmm10, [rdi + 296]",
+    "movdqu xmm11, [rdi + 312]",
+    "movdqu xmm12, [rdi + 328]",
+    "movdqu xmm13, [rdi + 344]",
+    "movdqu xmm14, [rdi + 360]",
+    "movdqu xmm15, [rdi + 376]",
+    "push qword ptr [rdi + 128]",
+    "popfq",
+    "mov rax, [rdi]",
+    "mov rcx, [rdi + 8]",
+    "mov rdx, [rdi + 16]",
+    "mov rbx, [rdi + 24]",
+    "mov rsp, [rdi + 32]",
+    "mov rbp, [rdi + 40]",
+    "mov rsi, [rdi + 48]",
+    "mov r8, [rdi + 64]",
+    "mov r9, [rdi + 72]",
+    "mov r10, [rdi + 80]",
+    "mov r11, [rdi + 88]",
+    "mov r12, [rdi + 96]",
+    "mov r13, [rdi + 104]",
+    "mov r14, [rdi + 112]",
+    "mov r15, [rdi + 120]",
+    "mov rdi, [rdi + 56]",
+    "jmp qword ptr [rip + x86sem_native_target]",
+    ".globl x86sem_native_resume",
+    "x86sem_native_resume:",
+    "pop r15",
+    "pop r14",
+    "pop r13",
+    "pop r12",
+    "pop rbp",
+    "pop rbx",
+    "ret",
+);
+
+extern "C" {
+    fn x86sem_native_enter(state: *mut NativeState);
+    fn x86sem_native_resume();
+    static mut x86sem_native_host_rsp: u64;
+    static mut x86sem_native_target: u64;
+}
+
+/// What the signal handler saw; valid while [`RUNNING`] is set.
+struct Capture {
+    state: NativeState,
+    rip: u64,
+    signo: i32,
+    addr: u64,
+}
+
+static mut CAPTURE: Capture = Capture {
+    state: NativeState {
+        gpr: [0; 16],
+        flags: 0,
+        xmm: [[0; 2]; 16],
+    },
+    rip: 0,
+    signo: 0,
+    addr: 0,
+};
+static RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static RUN_LOCK: Mutex<()> = Mutex::new(());
+static SETUP: Once = Once::new();
+
+/// The alternate signal stack (one native run at a time uses it).
+static mut ALT_STACK: [u8; 1 << 16] = [0; 1 << 16];
+
+/// Serialises native runs and every use of the fixed regions.
+pub fn lock() -> MutexGuard<'static, ()> {
+    setup();
+    RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn setup() {
+    SETUP.call_once(|| {
+        map_fixed(DATA, DATA_LEN, libc::PROT_READ | libc::PROT_WRITE);
+        map_fixed(
+            CODE,
+            CODE_LEN,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+        );
+        for sig in [
+            libc::SIGTRAP,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+        ] {
+            // SAFETY: installing a handler with a valid sigaction; the
+            // handler only touches the capture statics while RUNNING.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = handler as *const () as usize;
+                sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut sa.sa_mask);
+                assert_eq!(libc::sigaction(sig, &sa, std::ptr::null_mut()), 0);
+            }
+        }
+    });
+}
+
+fn map_fixed(addr: u64, len: usize, prot: i32) {
+    // SAFETY: a fresh private anonymous mapping at an address nothing else
+    // uses (MAP_FIXED_NOREPLACE fails rather than replace a mapping).
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    assert_eq!(p as u64, addr, "cannot map the test region at {addr:#x}");
+}
+
+extern "C" fn handler(signo: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    if !RUNNING.load(std::sync::atomic::Ordering::SeqCst) {
+        // Not ours: let the default action happen when the fault repeats.
+        // SAFETY: resetting a signal disposition.
+        unsafe { libc::signal(signo, libc::SIG_DFL) };
+        return;
+    }
+    // SAFETY: the kernel passes a valid ucontext and siginfo; CAPTURE is
+    // only read after the stub returns, on this thread, under RUN_LOCK.
+    unsafe {
+        let uc = &mut *(ctx as *mut libc::ucontext_t);
+        let g = &mut uc.uc_mcontext.gregs;
+        let c = &mut *std::ptr::addr_of_mut!(CAPTURE);
+        use libc::*;
+        let order = [
+            REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP, REG_RBP, REG_RSI, REG_RDI, REG_R8, REG_R9,
+            REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15,
+        ];
+        for (n, r) in order.iter().enumerate() {
+            c.state.gpr[n] = g[*r as usize] as u64;
+        }
+        c.state.flags = g[REG_EFL as usize] as u64;
+        c.rip = g[REG_RIP as usize] as u64;
+        let fp = uc.uc_mcontext.fpregs;
+        for n in 0..16 {
+            let e = (*fp)._xmm[n].element;
+            c.state.xmm[n] = [
+                u64::from(e[0]) | u64::from(e[1]) << 32,
+                u64::from(e[2]) | u64::from(e[3]) << 32,
+            ];
+        }
+        c.signo = signo;
+        c.addr = (*info).si_addr() as u64;
+        g[REG_RIP as usize] = x86sem_native_resume as *const () as usize as i64;
+        g[REG_RSP as usize] = x86sem_native_host_rsp as i64;
+        g[REG_EFL as usize] = 0x202;
+    }
+}
+
+/// Places `code` at [`ENTRY`] in a region of int3.
+pub fn load_code(code: &[u8]) {
+    // SAFETY: the region is ours (mapped in setup) and the caller holds
+    // the lock.
+    unsafe {
+        std::ptr::write_bytes(CODE as *mut u8, 0xcc, CODE_LEN);
+        std::ptr::copy_nonoverlapping(code.as_ptr(), ENTRY as *mut u8, code.len());
+    }
+}
+
+/// The data region, mutable (the caller holds the lock).
+pub fn data() -> &'static mut [u8] {
+    // SAFETY: mapped in setup, exclusive under the lock.
+    unsafe { std::slice::from_raw_parts_mut(DATA as *mut u8, DATA_LEN) }
+}
+
+/// The code region, mutable (the caller holds the lock).
+pub fn code() -> &'static mut [u8] {
+    // SAFETY: mapped in setup, exclusive under the lock.
+    unsafe { std::slice::from_raw_parts_mut(CODE as *mut u8, CODE_LEN) }
+}
+
+/// The thread's fs base (the emulation needs it for fs-relative forms).
+pub fn fs_base() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: ARCH_GET_FS writes one u64.
+    let rc = unsafe { libc::syscall(libc::SYS_arch_prctl, 0x1003, &mut v as *mut u64) };
+    assert_eq!(rc, 0);
+    v
+}
+
+/// Runs the `len`-byte instruction at [`ENTRY`] from `state`, with gs
+/// based at [`DATA`]. The caller holds the lock and has placed code and
+/// data.
+pub fn run(state: &NativeState, len: usize) -> (NativeState, Ending) {
+    // SAFETY: gs is unused by Rust on x86-64 Linux; the alternate stack is
+    // static and used by one run at a time (the lock); the stub keeps the
+    // callee-saved registers and returns on the host stack.
+    unsafe {
+        assert_eq!(libc::syscall(libc::SYS_arch_prctl, 0x1001, DATA), 0);
+        let ss = libc::stack_t {
+            ss_sp: std::ptr::addr_of_mut!(ALT_STACK) as *mut libc::c_void,
+            ss_flags: 0,
+            ss_size: 1 << 16,
+        };
+        assert_eq!(libc::sigaltstack(&ss, std::ptr::null_mut()), 0);
+        x86sem_native_target = ENTRY;
+        let mut s = *state;
+        RUNNING.store(true, std::sync::atomic::Ordering::SeqCst);
+        x86sem_native_enter(&mut s);
+        RUNNING.store(false, std::sync::atomic::Ordering::SeqCst);
+        let c = &*std::ptr::addr_of!(CAPTURE);
+        let at = c.rip.wrapping_sub(1);
+        let ending = if c.signo == libc::SIGTRAP
+            && (CODE..CODE + CODE_LEN as u64).contains(&at)
+            && !(ENTRY..ENTRY + len as u64).contains(&at)
+            && *(at as *const u8) == 0xcc
+        {
+            Ending::Landed(at)
+        } else {
+            Ending::Signal {
+                signo: c.signo,
+                addr: c.addr,
+                rip: c.rip,
+            }
+        };
+        (c.state, ending)
+    }
+}
