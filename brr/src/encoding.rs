@@ -16,6 +16,8 @@
 //! it tells brr apart from other UD1 uses (clang's and the kernel's trap
 //! encodings have no REX prefix).
 
+use iced_x86::{Code, Instruction, Register};
+
 /// Length of one encoded brr in bytes.
 pub const BRR_LEN: usize = 8;
 
@@ -67,13 +69,58 @@ impl Brr {
     }
 }
 
+impl Brr {
+    /// Recognises a brr that iced decoded (as `ud1 r32, [rip + rel32]`): the
+    /// 8-byte form, with no prefix but the REX byte. A REX carrying X or B
+    /// (which change nothing in this encoding) is accepted too.
+    pub fn from_instruction(i: &Instruction) -> Option<Brr> {
+        let plain = i.code() == Code::Ud1_r32_rm32
+            && i.len() == BRR_LEN
+            && i.memory_base() == Register::RIP
+            && i.segment_prefix() == Register::None
+            && !i.has_lock_prefix()
+            && !i.has_rep_prefix()
+            && !i.has_repne_prefix();
+        plain.then(|| Brr {
+            freq: i.op0_register().number() as u8,
+            rel32: i.memory_displacement64().wrapping_sub(i.next_ip()) as i32,
+        })
+    }
+}
+
 /// The GNU as / clang assembler macro that emits brr (also in `brr/asm/brr.S`).
 pub const ASM_MACRO: &str = include_str!("../asm/brr.S");
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iced_x86::{Code, Decoder, DecoderOptions, Register};
+    use iced_x86::{Decoder, DecoderOptions};
+
+    fn decoded(bytes: &[u8]) -> Instruction {
+        Decoder::with_ip(64, bytes, 0x40_1000, DecoderOptions::NONE).decode()
+    }
+
+    #[test]
+    fn the_decoded_form_is_recognised_like_the_bytes() {
+        for freq in 0..=MAX_FREQ {
+            for rel32 in [0, 1, -8, i32::MAX, i32::MIN] {
+                let brr = Brr { freq, rel32 };
+                assert_eq!(Brr::from_instruction(&decoded(&brr.encode())), Some(brr));
+            }
+        }
+        // ud1 without REX (7 bytes), with REX.W, with a register operand,
+        // with a segment or repeat prefix, and ud2.
+        for bytes in [
+            &[0x0f, 0xb9, 0x05, 0, 0, 0, 0, 0][..],
+            &[0x48, 0x0f, 0xb9, 0x05, 0, 0, 0, 0],
+            &[0x40, 0x0f, 0xb9, 0xc0, 0, 0, 0, 0],
+            &[0x2e, 0x0f, 0xb9, 0x05, 0, 0, 0, 0],
+            &[0xf2, 0x0f, 0xb9, 0x05, 0, 0, 0, 0],
+            &[0x0f, 0x0b, 0, 0, 0, 0, 0, 0],
+        ] {
+            assert_eq!(Brr::from_instruction(&decoded(bytes)), None, "{bytes:02x?}");
+        }
+    }
 
     #[test]
     fn round_trip_every_frequency() {

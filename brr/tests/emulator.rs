@@ -89,13 +89,13 @@ fn the_real_cpu_rejects_brr_with_sigill() {
     assert_eq!(status.signal(), Some(libc::SIGILL), "{status:?}");
 }
 
-#[test]
-fn an_unsupported_instruction_is_named_with_its_address() {
-    let dir = common::scratch_dir("emu_unsupported");
-    let body = "    .text\n    .globl _start\n_start:\n    nop\nhere:\n    cpuid\n    mov $60, %eax\n    syscall\n";
-    let Some(exe) = assemble(&dir, "cpuid", body) else {
-        return;
-    };
+/// Runs a one-instruction program under brr-run; returns the address of
+/// the instruction and the error line.
+fn run_one(dir: &Path, name: &str, instruction: &str) -> Option<(u64, String)> {
+    let body = format!(
+        "    .text\n    .globl _start\n_start:\n    nop\nhere:\n    {instruction}\n    mov $60, %eax\n    syscall\n"
+    );
+    let exe = assemble(dir, name, &body)?;
     let nm = common::run(Command::new("nm").arg(&exe));
     let nm = String::from_utf8_lossy(&nm.stdout);
     let here = nm
@@ -110,10 +110,26 @@ fn an_unsupported_instruction_is_named_with_its_address() {
         .arg(&exe)
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125));
-    assert!(err.contains("unsupported instruction `cpuid`"), "{err}");
+    Some((here, String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
+#[test]
+fn an_unsupported_instruction_is_named_with_its_address() {
+    let dir = common::scratch_dir("emu_unsupported");
+    let Some((here, err)) = run_one(&dir, "fldpi", "fldpi") else {
+        return;
+    };
+    assert!(err.contains("unsupported instruction `fldpi`"), "{err}");
     assert!(err.contains(&format!("at {here:#x}")), "{err}");
+    // cpuid is known, but its result is the CPU's own.
+    let (here, err) = run_one(&dir, "cpuid", "cpuid").unwrap();
+    assert!(
+        err.contains(&format!(
+            "`cpuid` at {here:#x} has a result only the CPU knows"
+        )),
+        "{err}"
+    );
 }
 
 #[test]

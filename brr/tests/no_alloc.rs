@@ -57,7 +57,7 @@ fn step_does_not_allocate() {
         match r {
             Ok(()) => {}
             Err(Stop::Syscall) => {
-                if p.machine.regs.gpr[0] == 231 || p.machine.regs.gpr[0] == 60 {
+                if p.machine.guest.regs.gpr[0] == 231 || p.machine.guest.regs.gpr[0] == 60 {
                     break;
                 }
                 p.service_syscall().unwrap();

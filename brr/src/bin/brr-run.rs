@@ -90,14 +90,15 @@ fn real_main() -> Result<i32> {
     let secs = start.elapsed().as_secs_f64();
     if stats {
         let m = &process.machine;
+        let g = &m.guest;
         eprintln!(
             "brr-run: {} instructions in {:.3} s ({:.1} MIPS), {} syscalls, brr {} executed {} taken, exit {}",
             m.icount,
             secs,
             m.icount as f64 / secs / 1e6,
             process.syscalls,
-            m.brr_executed,
-            m.brr_taken,
+            g.brr_executed,
+            g.brr_taken,
             status
         );
     }

@@ -1,44 +1,7 @@
-//! Guest memory behind a small trait, and the emulator's region-based memory.
+//! Guest memory: the emulator's region-based memory behind the x86-sem
+//! core's [`Memory`] trait.
 
-/// A guest access that hit no mapping or a mapping without the permission.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemFault {
-    pub addr: u64,
-    pub write: bool,
-}
-
-/// Byte-addressed guest memory. Implementations must not allocate in `read`
-/// and `write`: the step function is meant to run in a signal handler too.
-pub trait Memory {
-    /// Fills `buf` from guest address `addr`.
-    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemFault>;
-    /// Stores `buf` at guest address `addr`.
-    fn write(&mut self, addr: u64, buf: &[u8]) -> Result<(), MemFault>;
-    /// Copies up to `buf.len()` executable bytes at `addr` for the decoder;
-    /// returns how many were available (0 if `addr` is not executable).
-    fn fetch(&mut self, addr: u64, buf: &mut [u8]) -> usize;
-
-    #[inline(always)]
-    fn read_u64(&mut self, addr: u64, size: usize) -> Result<u64, MemFault> {
-        let mut b = [0u8; 8];
-        self.read(addr, &mut b[..size])?;
-        Ok(u64::from_le_bytes(b))
-    }
-    #[inline(always)]
-    fn write_u64(&mut self, addr: u64, size: usize, value: u64) -> Result<(), MemFault> {
-        self.write(addr, &value.to_le_bytes()[..size])
-    }
-    #[inline(always)]
-    fn read_u128(&mut self, addr: u64, size: usize) -> Result<u128, MemFault> {
-        let mut b = [0u8; 16];
-        self.read(addr, &mut b[..size])?;
-        Ok(u128::from_le_bytes(b))
-    }
-    #[inline(always)]
-    fn write_u128(&mut self, addr: u64, size: usize, value: u128) -> Result<(), MemFault> {
-        self.write(addr, &value.to_le_bytes()[..size])
-    }
-}
+use x86_sem::{MemError, Memory};
 
 /// Page size of the guest (and of mapping granularity).
 pub const PAGE: u64 = 4096;
@@ -188,7 +151,7 @@ impl GuestMemory {
     }
 
     /// Copies bytes in without permission checks (loader, syscall layer).
-    pub fn poke(&mut self, addr: u64, buf: &[u8]) -> Result<(), MemFault> {
+    pub fn poke(&mut self, addr: u64, buf: &[u8]) -> Result<(), MemError> {
         let r = self.find(addr, buf.len(), true)?;
         let off = (addr - r.start) as usize;
         r.data[off..off + buf.len()].copy_from_slice(buf);
@@ -196,7 +159,7 @@ impl GuestMemory {
     }
 
     /// Copies bytes out without permission checks.
-    pub fn peek(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemFault> {
+    pub fn peek(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         let r = self.find(addr, buf.len(), false)?;
         let off = (addr - r.start) as usize;
         buf.copy_from_slice(&r.data[off..off + buf.len()]);
@@ -204,14 +167,14 @@ impl GuestMemory {
     }
 
     /// A slice of guest memory, for syscall buffers; it must lie in one region.
-    pub fn slice_mut(&mut self, addr: u64, len: usize) -> Result<&mut [u8], MemFault> {
+    pub fn slice_mut(&mut self, addr: u64, len: usize) -> Result<&mut [u8], MemError> {
         let r = self.find(addr, len, true)?;
         let off = (addr - r.start) as usize;
         Ok(&mut r.data[off..off + len])
     }
 
     #[inline(always)]
-    fn find(&mut self, addr: u64, len: usize, write: bool) -> Result<&mut Region, MemFault> {
+    fn find(&mut self, addr: u64, len: usize, write: bool) -> Result<&mut Region, MemError> {
         let end = addr.wrapping_add(len as u64);
         let last = self.last;
         if let Some(r) = self.regions.get(last) {
@@ -224,41 +187,73 @@ impl GuestMemory {
     }
 
     #[cold]
-    fn find_slow(&mut self, addr: u64, end: u64, write: bool) -> Result<&mut Region, MemFault> {
+    fn find_slow(&mut self, addr: u64, end: u64, write: bool) -> Result<&mut Region, MemError> {
         let idx = self
             .regions
             .iter()
             .position(|r| r.start <= addr && end <= r.end() && addr <= end)
-            .ok_or(MemFault { addr, write })?;
+            .ok_or(MemError::Fault { addr, write })?;
         self.last = idx;
         Ok(&mut self.regions[idx])
     }
 }
 
-impl Memory for GuestMemory {
+impl GuestMemory {
+    /// The region holding `addr..addr+len` with the right permission.
     #[inline(always)]
-    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemFault> {
-        let r = self.find(addr, buf.len(), false)?;
-        if !r.prot.read {
-            return Err(MemFault { addr, write: false });
+    fn accessible(
+        &mut self,
+        addr: u64,
+        len: usize,
+        write: bool,
+    ) -> Result<(&mut Region, usize), MemError> {
+        let r = self.find(addr, len, write)?;
+        let allowed = if write { r.prot.write } else { r.prot.read };
+        if !allowed {
+            return Err(MemError::Fault { addr, write });
         }
         let off = (addr - r.start) as usize;
+        Ok((r, off))
+    }
+}
+
+impl Memory for GuestMemory {
+    #[inline(always)]
+    fn load(&mut self, addr: u64, size: usize) -> Result<u64, MemError> {
+        let (r, off) = self.accessible(addr, size, false)?;
+        let d = &r.data[off..off + size];
+        Ok(match size {
+            1 => u64::from(d[0]),
+            2 => u64::from(u16::from_le_bytes([d[0], d[1]])),
+            4 => u64::from(u32::from_le_bytes([d[0], d[1], d[2], d[3]])),
+            _ => u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]),
+        })
+    }
+
+    #[inline(always)]
+    fn store(&mut self, addr: u64, size: usize, value: u64) -> Result<(), MemError> {
+        let (r, off) = self.accessible(addr, size, true)?;
+        r.data[off..off + size].copy_from_slice(&value.to_le_bytes()[..size]);
+        Ok(())
+    }
+
+    /// All or nothing: the whole range is checked before any byte moves.
+    #[inline(always)]
+    fn load_bytes(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let (r, off) = self.accessible(addr, buf.len(), false)?;
         buf.copy_from_slice(&r.data[off..off + buf.len()]);
         Ok(())
     }
 
+    /// All or nothing, as `load_bytes`.
     #[inline(always)]
-    fn write(&mut self, addr: u64, buf: &[u8]) -> Result<(), MemFault> {
-        let r = self.find(addr, buf.len(), true)?;
-        if !r.prot.write {
-            return Err(MemFault { addr, write: true });
-        }
-        let off = (addr - r.start) as usize;
+    fn store_bytes(&mut self, addr: u64, buf: &[u8]) -> Result<(), MemError> {
+        let (r, off) = self.accessible(addr, buf.len(), true)?;
         r.data[off..off + buf.len()].copy_from_slice(buf);
         Ok(())
     }
 
-    fn fetch(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+    fn fetch(&mut self, addr: u64, buf: &mut [u8; 15]) -> usize {
         let Ok(r) = self.find(addr, 1, false) else {
             return 0;
         };
@@ -286,24 +281,20 @@ mod tests {
             exec: true,
         };
         m.map(0x3000, 0x1000, ro, "b").unwrap();
-        m.write_u64(0x1ff8, 8, 0x1122_3344_5566_7788).unwrap();
-        assert_eq!(m.read_u64(0x1ff8, 4).unwrap(), 0x5566_7788);
-        assert!(m.read_u64(0x1ffc, 8).is_err(), "straddles the end");
-        assert!(m.write_u64(0x3000, 1, 0).is_err(), "read-only");
+        m.store(0x1ff8, 8, 0x1122_3344_5566_7788).unwrap();
+        assert_eq!(m.load(0x1ff8, 4).unwrap(), 0x5566_7788);
+        assert!(m.load(0x1ffc, 8).is_err(), "straddles the end");
+        assert!(m.store(0x3000, 1, 0).is_err(), "read-only");
         assert!(m.map(0x1800, 0x1000, Prot::RW, "c").is_err(), "overlap");
-        let mut buf = [0u8; 16];
+        let mut buf = [0u8; 15];
         assert_eq!(m.fetch(0x3ff8, &mut buf), 8);
         assert_eq!(m.fetch(0x1000, &mut buf), 0, "not executable");
-        m.write_u64(0x1000, 1, 7).unwrap();
+        m.store(0x1000, 1, 7).unwrap();
         m.unmap(0x1800, 0x400);
-        assert_eq!(m.read_u64(0x1000, 1).unwrap(), 7, "left part kept");
-        assert!(m.read_u64(0x1800, 1).is_err(), "hole");
-        assert_eq!(
-            m.read_u64(0x1ff8, 4).unwrap(),
-            0x5566_7788,
-            "right part kept"
-        );
+        assert_eq!(m.load(0x1000, 1).unwrap(), 7, "left part kept");
+        assert!(m.load(0x1800, 1).is_err(), "hole");
+        assert_eq!(m.load(0x1ff8, 4).unwrap(), 0x5566_7788, "right part kept");
         m.unmap(0x1000, 0x1000);
-        assert!(m.read_u64(0x1000, 1).is_err());
+        assert!(m.load(0x1000, 1).is_err());
     }
 }

@@ -1,12 +1,12 @@
-//! An x86-64 user-mode emulator for static Linux binaries that contain brr.
+//! An x86-64 user-mode emulator for static Linux binaries that contain brr:
+//! the x86-sem core, with brr's branch-on-random installed, a guest memory,
+//! an ELF loader and a Linux system-call layer.
 
 pub mod elf;
 pub mod machine;
 pub mod mem;
-pub mod ops;
-pub mod regs;
 pub mod syscall;
 
-pub use machine::{BranchKind, Machine, Retired, Stop};
-pub use mem::{GuestMemory, Memory};
-pub use regs::{Cpu, Registers};
+pub use machine::{Guest, Machine};
+pub use mem::GuestMemory;
+pub use x86_sem::{BranchKind, CpuState, Retired, Stop};

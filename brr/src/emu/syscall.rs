@@ -4,12 +4,12 @@
 //! accepted and ignored because the emulator never delivers signals.
 
 use super::elf::{self, Image};
-use super::machine::{Machine, Stop};
+use super::machine::Machine;
 use super::mem::{GuestMemory, Prot, PAGE};
-use super::regs::{gpr, Cpu, Registers};
 use crate::lfsr::Lfsr;
 use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter, Instruction};
 use std::path::Path;
+use x86_sem::{gpr, CpuState, Memory, Registers, Stop};
 
 /// Anonymous mmaps are placed downwards from here.
 const MMAP_TOP: u64 = 0x7f00_0000_0000;
@@ -29,6 +29,8 @@ pub enum RunError {
         addr: u64,
         kind: &'static str,
     },
+    #[error("`{text}` at {ip:#x} has a result only the CPU knows (cpuid, rdtsc, rdrand, or a form the manuals leave undefined): the emulator does not run it")]
+    Opaque { ip: u64, text: String },
     #[error("cannot fetch an instruction at {ip:#x} (unmapped, not executable, or undecodable)")]
     BadFetch { ip: u64 },
     #[error("divide error (#DE) at {ip:#x}")]
@@ -47,7 +49,7 @@ pub enum RunError {
 
 /// A guest process: machine, heap break and mmap allocator.
 pub struct Process {
-    pub machine: Machine<Cpu, GuestMemory>,
+    pub machine: Machine,
     pub image: Image,
     brk: u64,
     heap_mapped: u64,
@@ -74,16 +76,9 @@ impl Process {
         rnd[..8].copy_from_slice(&random);
         rnd[8..].copy_from_slice(&random);
         let sp = elf::setup_stack(&mut mem, &image, args, env, rnd).map_err(RunError::Setup)?;
-        let cpu = Cpu {
-            rip: image.entry,
-            rflags: 0x202,
-            gpr: {
-                let mut g = [0u64; 16];
-                g[gpr::RSP] = sp;
-                g
-            },
-            ..Cpu::default()
-        };
+        let mut cpu = CpuState::new();
+        cpu.rip = image.entry;
+        cpu.gpr[gpr::RSP] = sp;
         let brk = image.brk_start;
         Ok(Process {
             machine: Machine::new(cpu, mem, Lfsr::new(seed)),
@@ -101,7 +96,7 @@ impl Process {
     pub fn run_with(
         &mut self,
         limit: u64,
-        mut observe: impl FnMut(&Machine<Cpu, GuestMemory>),
+        mut observe: impl FnMut(&Machine),
     ) -> Result<i32, RunError> {
         loop {
             match self.machine.step() {
@@ -149,8 +144,7 @@ impl Process {
 
     fn disassemble(&mut self, ip: u64) -> String {
         let mut bytes = [0u8; 15];
-        use super::mem::Memory;
-        let n = self.machine.mem.fetch(ip, &mut bytes);
+        let n = self.machine.guest.mem.fetch(ip, &mut bytes);
         let mut instr = Instruction::default();
         Decoder::with_ip(64, &bytes[..n], ip, DecoderOptions::NONE).decode_out(&mut instr);
         let mut text = String::new();
@@ -159,36 +153,55 @@ impl Process {
     }
 
     fn describe(&mut self, stop: Stop) -> RunError {
+        let ip = self.machine.guest.regs.rip;
         match stop {
             Stop::Unsupported { ip, code } => RunError::Unsupported {
                 ip,
                 text: self.disassemble(ip),
                 code: format!("{code:?}"),
             },
-            Stop::Fault { ip, addr, write } => RunError::Fault {
+            Stop::Opaque => RunError::Opaque {
+                ip,
+                text: self.disassemble(ip),
+            },
+            Stop::Fault { addr, write } => RunError::Fault {
                 ip,
                 addr,
                 kind: if write { "write" } else { "read" },
             },
-            Stop::BadFetch { ip } => RunError::BadFetch { ip },
-            Stop::DivideError { ip } => RunError::DivideError { ip },
-            Stop::Trap { ip, .. } => RunError::Trap {
+            // GuestMemory never refuses an access.
+            Stop::Refused { addr } => RunError::Fault {
+                ip,
+                addr,
+                kind: "refused access",
+            },
+            Stop::BadFetch => RunError::BadFetch { ip },
+            Stop::DivideError => RunError::DivideError { ip },
+            Stop::Trap => RunError::Trap {
                 ip,
                 text: self.disassemble(ip),
             },
-            Stop::Syscall => unreachable!("syscalls are serviced by the caller"),
+            Stop::Syscall | Stop::UnknownFlags => {
+                unreachable!("Machine::step handles {stop:?}")
+            }
         }
+    }
+
+    /// Unmaps guest memory and forgets any code decoded from it.
+    fn unmap(&mut self, addr: u64, len: u64) {
+        self.machine.guest.mem.unmap(addr, len);
+        self.machine.flush_code(addr, addr.saturating_add(len));
     }
 
     fn arg(&self, i: usize) -> u64 {
         const ARGS: [usize; 6] = [gpr::RDI, gpr::RSI, gpr::RDX, 10, gpr::R8, gpr::R9];
-        self.machine.regs.gpr(ARGS[i])
+        self.machine.guest.regs.gpr(ARGS[i])
     }
 
     /// Services the syscall just retired; `Some(status)` when the guest exits.
     fn syscall(&mut self) -> Result<Option<i32>, RunError> {
         self.syscalls += 1;
-        let nr = self.machine.regs.gpr(gpr::RAX);
+        let nr = self.machine.guest.regs.gpr(gpr::RAX);
         let a: [u64; 6] = std::array::from_fn(|i| self.arg(i));
         let ip = self.machine.retired.ip;
         let ret: i64 = match nr {
@@ -214,7 +227,7 @@ impl Process {
             9 => self.mmap(a[0], a[1], a[2], a[3], a[4] as i32),
             10 => 0,
             11 => {
-                self.machine.mem.unmap(a[0], a[1].div_ceil(PAGE) * PAGE);
+                self.unmap(a[0], a[1].div_ceil(PAGE) * PAGE);
                 0
             }
             12 => self.brk(a[0]),
@@ -258,7 +271,7 @@ impl Process {
                 })
             }
         };
-        self.machine.regs.set_gpr(gpr::RAX, ret as u64);
+        self.machine.guest.regs.set_gpr(gpr::RAX, ret as u64);
         Ok(None)
     }
 
@@ -271,7 +284,7 @@ impl Process {
             return 0;
         }
         let stdio = self.stdio;
-        let Ok(slice) = self.machine.mem.slice_mut(buf, len as usize) else {
+        let Ok(slice) = self.machine.guest.mem.slice_mut(buf, len as usize) else {
             return Self::efault();
         };
         let fd = stdio.get(fd as usize).map_or(fd, |&h| h as u64);
@@ -291,7 +304,7 @@ impl Process {
         let mut total = 0i64;
         for i in 0..count.min(1024) {
             let mut e = [0u8; 16];
-            if self.machine.mem.peek(iov + i * 16, &mut e).is_err() {
+            if self.machine.guest.mem.peek(iov + i * 16, &mut e).is_err() {
                 return Self::efault();
             }
             let base = u64::from_le_bytes(e[..8].try_into().unwrap());
@@ -313,6 +326,7 @@ impl Process {
         let mut b = [0u8; 1];
         loop {
             self.machine
+                .guest
                 .mem
                 .peek(addr + bytes.len() as u64, &mut b)
                 .ok()?;
@@ -342,7 +356,7 @@ impl Process {
     }
 
     fn put(&mut self, addr: u64, bytes: &[u8]) -> i64 {
-        match self.machine.mem.poke(addr, bytes) {
+        match self.machine.guest.mem.poke(addr, bytes) {
             Ok(()) => 0,
             Err(_) => Self::efault(),
         }
@@ -427,9 +441,13 @@ impl Process {
         let need = want.div_ceil(PAGE) * PAGE - start;
         if need > self.heap_mapped {
             let ok = if self.heap_mapped == 0 {
-                self.machine.mem.map(start, need, Prot::RW, "heap").is_ok()
+                self.machine
+                    .guest
+                    .mem
+                    .map(start, need, Prot::RW, "heap")
+                    .is_ok()
             } else {
-                self.machine.mem.resize(start, need).is_ok()
+                self.machine.guest.mem.resize(start, need).is_ok()
             };
             if !ok {
                 return self.brk as i64;
@@ -456,13 +474,13 @@ impl Process {
             exec: prot & 4 != 0,
         };
         let start = if flags & MAP_FIXED != 0 {
-            self.machine.mem.unmap(addr, len);
+            self.unmap(addr, len);
             addr
         } else {
             self.mmap_next -= len;
             self.mmap_next
         };
-        match self.machine.mem.map(start, len, prot, "mmap") {
+        match self.machine.guest.mem.map(start, len, prot, "mmap") {
             Ok(()) => start as i64,
             Err(_) => -i64::from(libc::ENOMEM),
         }
@@ -475,24 +493,24 @@ impl Process {
         let old_len = old_len.div_ceil(PAGE) * PAGE;
         let new_len = new_len.div_ceil(PAGE) * PAGE;
         if new_len <= old_len {
-            self.machine.mem.unmap(old + new_len, old_len - new_len);
+            self.unmap(old + new_len, old_len - new_len);
             return old as i64;
         }
         if flags & MREMAP_MAYMOVE == 0 {
             return -i64::from(libc::ENOMEM);
         }
         let mut data = vec![0u8; old_len as usize];
-        if self.machine.mem.peek(old, &mut data).is_err() {
+        if self.machine.guest.mem.peek(old, &mut data).is_err() {
             return -i64::from(libc::EFAULT);
         }
         let new = self.mmap(0, new_len, 3, 0x22, -1);
         if new < 0 {
             return new;
         }
-        if self.machine.mem.poke(new as u64, &data).is_err() {
+        if self.machine.guest.mem.poke(new as u64, &data).is_err() {
             return -i64::from(libc::EFAULT);
         }
-        self.machine.mem.unmap(old, old_len);
+        self.unmap(old, old_len);
         new
     }
 
@@ -501,11 +519,11 @@ impl Process {
         const ARCH_GET_FS: u64 = 0x1003;
         match code {
             ARCH_SET_FS => {
-                self.machine.regs.set_fs_base(addr);
+                self.machine.guest.regs.set_fs_base(addr);
                 0
             }
             ARCH_GET_FS => {
-                let fs = self.machine.regs.fs_base();
+                let fs = self.machine.guest.regs.fs_base();
                 self.put(addr, &fs.to_le_bytes())
             }
             _ => -i64::from(libc::EINVAL),
@@ -541,7 +559,7 @@ impl Process {
 
     fn io_getrandom(&mut self, buf: u64, len: u64) -> i64 {
         // Deterministic: the guest's randomness comes from its LFSR.
-        let mut l = self.machine.lfsr;
+        let mut l = self.machine.guest.lfsr;
         let bytes: Vec<u8> = (0..len.min(1 << 20))
             .map(|_| {
                 l.clock();

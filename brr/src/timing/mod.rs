@@ -117,7 +117,7 @@ fn kind_index(k: BranchKind) -> usize {
         BranchKind::DirectCall => 4,
         BranchKind::IndirectCall => 5,
         BranchKind::Return => 6,
-        BranchKind::Brr => 7,
+        BranchKind::Other => 7,
     }
 }
 
@@ -375,7 +375,7 @@ impl Model {
                     mispredict = true;
                 }
             }
-            BranchKind::Brr => redirect = r.taken,
+            BranchKind::Other => redirect = r.taken,
         }
         if mispredict {
             self.kinds[k].mispredicted += 1;

@@ -102,7 +102,7 @@ fn brr_is_cheap_when_not_taken_and_never_trains_the_predictor() {
             let r = Retired {
                 ip: 0x3000,
                 len: 8,
-                kind: BranchKind::Brr,
+                kind: BranchKind::Other,
                 taken: i % taken_every == 0,
                 target: 0x3100,
                 ..Retired::default()
