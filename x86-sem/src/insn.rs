@@ -20,7 +20,12 @@ pub(crate) const SEG_FS: u8 = 1;
 pub(crate) const SEG_GS: u8 = 2;
 
 /// One entry of the decoded-instruction cache.
+///
+/// The fields a step reads come first and fill one 64-byte cache line
+/// (the struct is line-aligned); iced's full decoding follows, read only on
+/// a fill and by owners that inspect it.
 #[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
 pub struct Insn {
     /// Address of the instruction; [`Insn::EMPTY_IP`] in an empty entry.
     pub(crate) ip: u64,
@@ -29,9 +34,11 @@ pub struct Insn {
     pub(crate) disp: u64,
     /// The immediate (as iced extends it) or the near-branch target.
     pub(crate) imm: u64,
-    pub(crate) instr: Instruction,
     /// Operand slots, see [`MEM`] and friends.
     pub(crate) op: [u8; 4],
+    /// The iced `Code`, indexing the dispatch table.
+    pub(crate) code: u16,
+    pub(crate) len: u8,
     /// Base and index register numbers, or [`NONE`].
     pub(crate) base: u8,
     pub(crate) index: u8,
@@ -42,9 +49,7 @@ pub struct Insn {
     /// 32-bit address size (the 0x67 prefix): the effective address wraps
     /// at 4 GiB, and string instructions use esi/edi/ecx.
     pub(crate) addr32: bool,
-    pub(crate) len: u8,
-    /// The iced `Code`, indexing the dispatch table.
-    pub(crate) code: u16,
+    pub(crate) instr: Instruction,
 }
 
 impl Insn {
@@ -59,15 +64,15 @@ impl Insn {
             ip: Self::EMPTY_IP,
             disp: 0,
             imm: 0,
-            instr: Instruction::default(),
             op: [NONE; 4],
+            code: Code::INVALID as u16,
+            len: 0,
             base: NONE,
             index: NONE,
             scale: 0,
             seg: SEG_NONE,
             addr32: false,
-            len: 0,
-            code: Code::INVALID as u16,
+            instr: Instruction::default(),
         }
     }
 
@@ -244,6 +249,12 @@ mod tests {
         // movsb with 0x67 uses esi/edi.
         assert!(resolve(&[0x67, 0xa4], 0).addr32);
         assert!(!resolve(&[0xa4], 0).addr32);
+    }
+
+    #[test]
+    fn the_step_fields_fill_one_cache_line() {
+        assert_eq!(core::mem::offset_of!(Insn, instr), 40);
+        assert_eq!(align_of::<Insn>(), 64);
     }
 
     #[test]

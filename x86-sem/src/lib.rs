@@ -62,7 +62,7 @@ pub use cache::{CacheSizeError, DecodeCache};
 pub use insn::Insn;
 pub use mem::{MemError, Memory};
 pub use regs::{flag, gpr, CpuState, Difference, Registers};
-pub use step::{step, BranchKind, Cpu, Machine, Retired, Stop};
+pub use step::{step, step_into, BranchKind, Cpu, Machine, Retired, Stop};
 pub use table::{Handler, Table, CODE_COUNT};
 
 /// The iced-x86 this crate decodes with, for owners that inspect

@@ -165,7 +165,9 @@ impl From<MemError> for Stop {
 ///
 /// Does not allocate, lock or format: it may run in a signal handler once
 /// the table and the cache exist (build them, and so warm iced's lazily
-/// initialised decoder tables, before arming any signal).
+/// initialised decoder tables, before arming any signal). A hot loop
+/// should prefer [`step_into`], which fills the caller's [`Retired`] in
+/// place instead of returning a copy.
 ///
 /// # Errors
 /// A [`Stop`], with the registers as before the instruction.
@@ -175,15 +177,31 @@ pub fn step<X: Machine, S: AsRef<[Insn]> + AsMut<[Insn]>>(
     table: &Table<X>,
     cache: &mut DecodeCache<S>,
 ) -> Result<Retired, Stop> {
+    let mut r = Retired::default();
+    step_into(x, table, cache, &mut r)?;
+    Ok(r)
+}
+
+/// [`step`], writing what retired into `r` (unspecified after a stop).
+///
+/// # Errors
+/// A [`Stop`], with the registers as before the instruction.
+#[inline(always)]
+pub fn step_into<X: Machine, S: AsRef<[Insn]> + AsMut<[Insn]>>(
+    x: &mut X,
+    table: &Table<X>,
+    cache: &mut DecodeCache<S>,
+    r: &mut Retired,
+) -> Result<(), Stop> {
     let ip = x.regs().rip();
     let insn = cache.lookup(ip, x.mem())?;
-    let mut r = Retired {
+    *r = Retired {
         ip,
         len: insn.len,
         next_rip: ip.wrapping_add(u64::from(insn.len)),
         ..Retired::default()
     };
-    table.handler(insn.code)(x, insn, &mut r)?;
+    table.handler(insn.code)(x, insn, r)?;
     x.regs_mut().set_rip(r.next_rip);
-    Ok(r)
+    Ok(())
 }

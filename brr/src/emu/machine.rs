@@ -119,9 +119,13 @@ impl Machine {
     /// `Err(Stop::Syscall)` for the caller to service. Does not allocate.
     #[inline]
     pub fn step(&mut self) -> Result<(), Stop> {
-        match x86_sem::step(&mut self.guest, &self.table, &mut self.cache) {
-            Ok(r) => {
-                self.retired = r;
+        match x86_sem::step_into(
+            &mut self.guest,
+            &self.table,
+            &mut self.cache,
+            &mut self.retired,
+        ) {
+            Ok(()) => {
                 self.icount += 1;
                 Ok(())
             }

@@ -84,6 +84,13 @@ impl GuestMemory {
         Ok(())
     }
 
+    /// Whether any executable mapping overlaps `start..end`.
+    pub fn executable_in(&self, start: u64, end: u64) -> bool {
+        self.regions
+            .iter()
+            .any(|r| r.prot.exec && r.start < end && start < r.end())
+    }
+
     /// Removes `start..start+len` from the mappings, trimming or splitting
     /// regions that straddle it.
     pub fn unmap(&mut self, start: u64, len: u64) {

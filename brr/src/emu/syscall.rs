@@ -189,8 +189,12 @@ impl Process {
 
     /// Unmaps guest memory and forgets any code decoded from it.
     fn unmap(&mut self, addr: u64, len: u64) {
+        let end = addr.saturating_add(len);
+        let code = self.machine.guest.mem.executable_in(addr, end);
         self.machine.guest.mem.unmap(addr, len);
-        self.machine.flush_code(addr, addr.saturating_add(len));
+        if code {
+            self.machine.flush_code(addr, end);
+        }
     }
 
     fn arg(&self, i: usize) -> u64 {

@@ -265,7 +265,12 @@ pub fn make_case(i: &Instruction, rng: &mut Rng, fs: u64) -> Case {
         let a32 = matches!(i.op0_kind(), OpKind::MemoryESEDI | OpKind::MemorySegESI)
             || matches!(i.op1_kind(), OpKind::MemoryESEDI | OpKind::MemorySegESI);
         let garbage = |rng: &mut Rng| if a32 { rng.next() << 32 } else { 0 };
-        s.gpr[6] = (DATA + 0x800 + rng.below(256)) | garbage(rng);
+        let seg = match i.memory_segment() {
+            Register::FS => fs,
+            Register::GS => DATA,
+            _ => 0,
+        };
+        s.gpr[6] = (DATA + 0x800 + rng.below(256)).wrapping_sub(seg) | garbage(rng);
         s.gpr[7] = (DATA + 0x1800 + rng.below(256)) | garbage(rng);
         s.gpr[1] = rng.below(24) | garbage(rng);
         if m == Mnemonic::Cmpsb || m == Mnemonic::Scasb {

@@ -1,0 +1,260 @@
+//! The owner-facing pieces: the cache, table overrides, the rep limit, the
+//! stops that do not come from a memory access, and state comparison.
+
+use iced_x86::Code;
+use x86_sem::{
+    flag, step, BranchKind, Cpu, CpuState, DecodeCache, Difference, Insn, Machine, MemError,
+    Memory, Retired, Stop, Table,
+};
+
+/// Flat memory: code and data in one executable vector at `BASE`.
+#[derive(Debug)]
+struct Flat(Vec<u8>);
+
+const BASE: u64 = 0x1000;
+
+impl Flat {
+    fn with_code(code: &[u8]) -> Flat {
+        let mut v = vec![0u8; 0x1000];
+        v[..code.len()].copy_from_slice(code);
+        Flat(v)
+    }
+
+    fn range(&self, addr: u64, size: usize, write: bool) -> Result<usize, MemError> {
+        let off = addr.wrapping_sub(BASE) as usize;
+        if addr < BASE || off + size > self.0.len() {
+            return Err(MemError::Fault { addr, write });
+        }
+        Ok(off)
+    }
+}
+
+impl Memory for Flat {
+    fn load(&mut self, addr: u64, size: usize) -> Result<u64, MemError> {
+        let o = self.range(addr, size, false)?;
+        let mut b = [0u8; 8];
+        b[..size].copy_from_slice(&self.0[o..o + size]);
+        Ok(u64::from_le_bytes(b))
+    }
+    fn store(&mut self, addr: u64, size: usize, value: u64) -> Result<(), MemError> {
+        let o = self.range(addr, size, true)?;
+        self.0[o..o + size].copy_from_slice(&value.to_le_bytes()[..size]);
+        Ok(())
+    }
+    fn fetch(&mut self, addr: u64, buf: &mut [u8; 15]) -> usize {
+        let Ok(o) = self.range(addr, 1, false) else {
+            return 0;
+        };
+        let n = (self.0.len() - o).min(15);
+        buf[..n].copy_from_slice(&self.0[o..o + n]);
+        n
+    }
+}
+
+type Plain = Cpu<CpuState, Flat>;
+
+fn machine(code: &[u8]) -> Plain {
+    let mut regs = CpuState::new();
+    regs.rip = BASE;
+    regs.gpr[4] = BASE + 0xf00;
+    Cpu {
+        regs,
+        mem: Flat::with_code(code),
+    }
+}
+
+fn cache() -> DecodeCache<Vec<Insn>> {
+    DecodeCache::new(vec![Insn::empty(); 256]).unwrap()
+}
+
+#[test]
+fn the_cache_needs_a_power_of_two_and_forgets_what_it_is_told() {
+    assert!(DecodeCache::new(vec![Insn::empty(); 48]).is_err());
+    assert!(DecodeCache::new(Vec::<Insn>::new()).is_err());
+    let table = Table::<Plain>::new();
+    let mut c = cache();
+    assert_eq!(c.capacity(), 256);
+    // inc eax; inc eax
+    let mut m = machine(&[0xff, 0xc0, 0xff, 0xc0]);
+    step(&mut m, &table, &mut c).unwrap();
+    step(&mut m, &table, &mut c).unwrap();
+    assert_eq!(m.regs.gpr[0], 2);
+    assert_eq!(c.get(BASE).map(Insn::code), Some(Code::Inc_rm32));
+    assert_eq!(c.get(BASE + 2).map(Insn::len), Some(2));
+    // The code changes: a flush of its range makes the new bytes visible.
+    m.mem.0[0..2].copy_from_slice(&[0xff, 0xc8]); // dec eax
+    m.regs.rip = BASE;
+    step(&mut m, &table, &mut c).unwrap();
+    assert_eq!(m.regs.gpr[0], 3, "the stale decoding ran");
+    c.flush_range(BASE + 1, BASE + 2);
+    assert!(c.get(BASE).is_none());
+    assert!(c.get(BASE + 2).is_some(), "outside the range");
+    m.regs.rip = BASE;
+    step(&mut m, &table, &mut c).unwrap();
+    assert_eq!(m.regs.gpr[0], 2);
+    c.flush();
+    assert!(c.get(BASE).is_none() && c.get(BASE + 2).is_none());
+}
+
+/// An owner's own instruction: ud1 eax, [rip+rel32] jumps to its address.
+fn owner_jump(x: &mut Plain, insn: &Insn, r: &mut Retired) -> Result<(), Stop> {
+    let target = insn.instruction().ip_rel_memory_address();
+    x.regs.gpr[1] += 1;
+    r.kind = BranchKind::Other;
+    r.taken = true;
+    r.target = target;
+    r.next_rip = target;
+    Ok(())
+}
+
+#[test]
+fn owners_install_their_own_instructions() {
+    // ud1 eax, [rip + 0x10]
+    let code = [0x0f, 0xb9, 0x05, 0x10, 0, 0, 0];
+    let mut table = Table::<Plain>::new();
+    let mut m = machine(&code);
+    assert_eq!(step(&mut m, &table, &mut cache()), Err(Stop::Trap));
+    assert_eq!(m.regs.rip, BASE, "a stop leaves rip");
+    table.set(Code::Ud1_r32_rm32, owner_jump);
+    assert!(table.implements(Code::Ud1_r32_rm32));
+    let r = step(&mut m, &table, &mut cache()).unwrap();
+    assert_eq!(
+        (r.kind, r.taken, r.target, r.next_rip),
+        (BranchKind::Other, true, BASE + 0x17, BASE + 0x17)
+    );
+    assert_eq!((m.regs.rip, m.regs.gpr[1]), (BASE + 0x17, 1));
+}
+
+/// The plain machine with a rep limit.
+#[derive(Debug)]
+struct Limited(Plain, u64);
+
+impl Machine for Limited {
+    type Regs = CpuState;
+    type Mem = Flat;
+    fn regs(&self) -> &CpuState {
+        &self.0.regs
+    }
+    fn regs_mut(&mut self) -> &mut CpuState {
+        &mut self.0.regs
+    }
+    fn mem(&mut self) -> &mut Flat {
+        &mut self.0.mem
+    }
+    fn rep_limit(&self) -> u64 {
+        self.1
+    }
+}
+
+#[test]
+fn a_long_rep_resumes_where_the_limit_stopped_it() {
+    // rep stosb
+    let mut m = Limited(machine(&[0xf3, 0xaa]), 3);
+    m.0.regs.gpr[0] = 0x5a;
+    m.0.regs.gpr[1] = 10;
+    m.0.regs.gpr[7] = BASE + 0x800;
+    let table = Table::<Limited>::new();
+    let mut c = cache();
+    let mut steps = 0;
+    loop {
+        let r = step(&mut m, &table, &mut c).unwrap();
+        steps += 1;
+        if r.next_rip != BASE {
+            break;
+        }
+        assert_eq!(m.0.regs.rip, BASE);
+        assert_eq!(m.0.regs.gpr[1], 10 - 3 * steps);
+    }
+    assert_eq!(steps, 4);
+    assert_eq!(m.0.regs.gpr[1], 0);
+    assert_eq!(m.0.regs.gpr[7], BASE + 0x80a);
+    assert!(m.0.mem.0[0x800..0x80a].iter().all(|&b| b == 0x5a));
+    assert_eq!(m.0.mem.0[0x80a], 0);
+}
+
+#[test]
+fn stops_that_are_not_memory_faults() {
+    let table = Table::<Plain>::new();
+    // fldpi: not implemented.
+    let mut m = machine(&[0xd9, 0xeb]);
+    assert_eq!(
+        step(&mut m, &table, &mut cache()),
+        Err(Stop::Unsupported {
+            ip: BASE,
+            code: Code::Fldpi
+        })
+    );
+    // Outside the executable memory, and a truncated instruction.
+    let mut m = machine(&[]);
+    m.regs.rip = 0x10;
+    assert_eq!(step(&mut m, &table, &mut cache()), Err(Stop::BadFetch));
+    m.regs.rip = BASE + 0xfff;
+    m.mem.0[0xfff] = 0x48; // a lone REX.W
+    assert_eq!(step(&mut m, &table, &mut cache()), Err(Stop::BadFetch));
+    // syscall and cpuid go back to the owner, rip unmoved.
+    for code in [&[0x0f, 0x05][..], &[0x0f, 0xa2]] {
+        let mut m = machine(code);
+        let want = if code[1] == 0x05 {
+            Stop::Syscall
+        } else {
+            Stop::Opaque
+        };
+        assert_eq!(step(&mut m, &table, &mut cache()), Err(want));
+        assert_eq!(m.regs, machine(code).regs);
+    }
+    // div ecx by zero.
+    let mut m = machine(&[0xf7, 0xf1]);
+    assert_eq!(step(&mut m, &table, &mut cache()), Err(Stop::DivideError));
+}
+
+#[test]
+fn an_unknown_flag_stops_a_condition_until_something_defines_it() {
+    // shl eax, 5; jo +0; cmp eax, eax; jo +0
+    let code = [0xc1, 0xe0, 0x05, 0x70, 0x00, 0x39, 0xc0, 0x70, 0x00];
+    let table = Table::<Plain>::new();
+    let mut c = cache();
+    let mut m = machine(&code);
+    m.regs.gpr[0] = 0x4000_0001;
+    step(&mut m, &table, &mut c).unwrap();
+    assert_eq!(m.regs.undefined, flag::OF | flag::AF);
+    let before = m.regs;
+    assert_eq!(step(&mut m, &table, &mut c), Err(Stop::UnknownFlags));
+    assert_eq!(m.regs, before);
+    // The owner decides to skip it; cmp defines every flag again.
+    m.regs.rip += 2;
+    step(&mut m, &table, &mut c).unwrap();
+    assert_eq!(m.regs.undefined, 0);
+    assert_eq!(
+        step(&mut m, &table, &mut c).map(|r| r.kind),
+        Ok(BranchKind::Conditional)
+    );
+}
+
+#[test]
+fn a_prediction_is_compared_without_its_unknown_flags() {
+    let mut predicted = CpuState::new();
+    predicted.gpr[3] = 7;
+    predicted.rflags |= flag::ZF | flag::OF;
+    predicted.undefined = flag::OF;
+    let mut actual = predicted;
+    actual.rflags &= !flag::OF;
+    actual.rflags |= flag::RF;
+    assert_eq!(predicted.first_difference(&actual), None);
+    actual.rflags &= !flag::ZF;
+    assert_eq!(
+        predicted.first_difference(&actual),
+        Some(Difference::Flags(flag::ZF))
+    );
+    actual = predicted;
+    actual.gpr[3] = 8;
+    assert_eq!(
+        predicted.first_difference(&actual),
+        Some(Difference::Gpr(3))
+    );
+    actual = predicted;
+    actual.vec[17][5] = 1;
+    assert_eq!(
+        predicted.first_difference(&actual),
+        Some(Difference::Vec(17))
+    );
+}
