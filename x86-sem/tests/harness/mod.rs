@@ -238,10 +238,20 @@ pub fn make_case(i: &Instruction, rng: &mut Rng, fs: u64) -> Case {
     for g in &mut s.gpr {
         *g = rng.value();
     }
-    for v in &mut s.vec[..16] {
-        let [lo, hi] = rng.vector();
-        v[0] = lo;
-        v[1] = hi;
+    let vectors = if native::avx512() { 32 } else { 16 };
+    for v in &mut s.vec[..vectors] {
+        for half in v.chunks_mut(2) {
+            half.copy_from_slice(&rng.vector());
+        }
+    }
+    if native::avx512() {
+        for k in &mut s.k {
+            *k = match rng.below(4) {
+                0 => u64::MAX,
+                1 => 0,
+                _ => rng.next(),
+            };
+        }
     }
     s.rflags = 0x202 | (rng.next() & STATUS) | if rng.below(4) == 0 { DF } else { 0 };
     s.fs_base = fs;
@@ -417,7 +427,9 @@ fn to_native(s: &CpuState) -> NativeState {
     NativeState {
         gpr: s.gpr,
         flags: s.rflags,
-        xmm: std::array::from_fn(|n| [s.vec[n][0], s.vec[n][1]]),
+        pad: [0; 7],
+        zmm: s.vec,
+        k: s.k,
     }
 }
 
@@ -437,9 +449,13 @@ pub fn run_native(bytes: &[u8], case: &Case) -> (Outcome, native::Ending) {
     let mut regs = case.state;
     regs.gpr = n.gpr;
     regs.rflags = n.flags;
-    for (k, x) in n.xmm.iter().enumerate() {
-        regs.vec[k][0] = x[0];
-        regs.vec[k][1] = x[1];
+    if native::avx512() {
+        regs.vec = n.zmm;
+        regs.k = n.k;
+    } else {
+        for (k, z) in n.zmm[..16].iter().enumerate() {
+            regs.vec[k][..2].copy_from_slice(&z[..2]);
+        }
     }
     regs.rip = match ending {
         native::Ending::Landed(a) => a,

@@ -27,13 +27,40 @@ pub const CODE_LEN: usize = 0x4000;
 /// land on int3.
 pub const ENTRY: u64 = CODE + 0x2000;
 
-/// The register image the stub loads and the handler fills.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The register image the stubs load and the handler fills.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NativeState {
     pub gpr: [u64; 16],
     pub flags: u64,
-    pub xmm: [[u64; 2]; 16],
+    /// Puts zmm at offset 192, where the stubs read it.
+    pub pad: [u64; 7],
+    /// zmm0–31 (only xmm0–15 on a CPU without AVX-512).
+    pub zmm: [[u64; 8]; 32],
+    /// k0–7 (AVX-512 only).
+    pub k: [u64; 8],
+}
+
+impl Default for NativeState {
+    fn default() -> Self {
+        NativeState {
+            gpr: [0; 16],
+            flags: 0x202,
+            pad: [0; 7],
+            zmm: [[0; 8]; 32],
+            k: [0; 8],
+        }
+    }
+}
+
+const _: () = assert!(std::mem::offset_of!(NativeState, zmm) == 192);
+const _: () = assert!(std::mem::offset_of!(NativeState, k) == 2240);
+
+/// Whether the CPU (and kernel) run AVX-512: zmm16–31 and k0–7 are then
+/// loaded and read back too.
+pub fn avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
 }
 
 /// How the run ended.
@@ -47,6 +74,9 @@ pub enum Ending {
     Signal { signo: i32, addr: u64, rip: u64 },
 }
 
+// Two entry stubs (SSE and AVX-512) that load the state, rsp last but
+// rdi, and jump to the instruction; the handler returns to
+// x86sem_native_resume on the host stack.
 std::arch::global_asm!(
     ".data",
     ".balign 8",
@@ -55,8 +85,8 @@ std::arch::global_asm!(
     ".globl x86sem_native_target",
     "x86sem_native_target: .quad 0",
     ".text",
-    ".globl x86sem_native_enter",
-    "x86sem_native_enter:",
+    ".globl x86sem_native_enter_sse",
+    "x86sem_native_enter_sse:",
     "push rbx",
     "push rbp",
     "push r12",
@@ -64,25 +94,93 @@ std::arch::global_asm!(
     "push r14",
     "push r15",
     "mov [rip + x86sem_native_host_rsp], rsp",
-    "movdqu xmm0, [rdi + 136]",
-    "movdqu xmm1, [rdi + 152]",
-    "movdqu xmm2, [rdi + 168]",
-    "movdqu xmm3, [rdi + 184]",
-    "movdqu xmm4, [rdi + 200]",
-    "movdqu xmm5, [rdi + 216]",
-    "movdqu xmm6, [rdi + 232]",
-    "movdqu xmm7, [rdi + 248]",
-    "movdqu xmm8, [rdi + 264]",
-    "movdqu xmm9, [rdi + 280]",
-    "movdqu xmm10, [rdi + 296]",
-    "movdqu xmm11, [rdi + 312]",
-    "movdqu xmm12, [rdi + 328]",
-    "movdqu xmm13, [rdi + 344]",
-    "movdqu xmm14, [rdi + 360]",
-    "movdqu xmm15, [rdi + 376]",
+    "movdqu xmm0, [rdi + 192]",
+    "movdqu xmm1, [rdi + 256]",
+    "movdqu xmm2, [rdi + 320]",
+    "movdqu xmm3, [rdi + 384]",
+    "movdqu xmm4, [rdi + 448]",
+    "movdqu xmm5, [rdi + 512]",
+    "movdqu xmm6, [rdi + 576]",
+    "movdqu xmm7, [rdi + 640]",
+    "movdqu xmm8, [rdi + 704]",
+    "movdqu xmm9, [rdi + 768]",
+    "movdqu xmm10, [rdi + 832]",
+    "movdqu xmm11, [rdi + 896]",
+    "movdqu xmm12, [rdi + 960]",
+    "movdqu xmm13, [rdi + 1024]",
+    "movdqu xmm14, [rdi + 1088]",
+    "movdqu xmm15, [rdi + 1152]",
     "push qword ptr [rdi + 128]",
     "popfq",
-    "mov rax, [rdi]",
+    "mov rax, [rdi + 0]",
+    "mov rcx, [rdi + 8]",
+    "mov rdx, [rdi + 16]",
+    "mov rbx, [rdi + 24]",
+    "mov rsp, [rdi + 32]",
+    "mov rbp, [rdi + 40]",
+    "mov rsi, [rdi + 48]",
+    "mov r8, [rdi + 64]",
+    "mov r9, [rdi + 72]",
+    "mov r10, [rdi + 80]",
+    "mov r11, [rdi + 88]",
+    "mov r12, [rdi + 96]",
+    "mov r13, [rdi + 104]",
+    "mov r14, [rdi + 112]",
+    "mov r15, [rdi + 120]",
+    "mov rdi, [rdi + 56]",
+    "jmp qword ptr [rip + x86sem_native_target]",
+    ".globl x86sem_native_enter_avx512",
+    "x86sem_native_enter_avx512:",
+    "push rbx",
+    "push rbp",
+    "push r12",
+    "push r13",
+    "push r14",
+    "push r15",
+    "mov [rip + x86sem_native_host_rsp], rsp",
+    "vmovdqu64 zmm0, [rdi + 192]",
+    "vmovdqu64 zmm1, [rdi + 256]",
+    "vmovdqu64 zmm2, [rdi + 320]",
+    "vmovdqu64 zmm3, [rdi + 384]",
+    "vmovdqu64 zmm4, [rdi + 448]",
+    "vmovdqu64 zmm5, [rdi + 512]",
+    "vmovdqu64 zmm6, [rdi + 576]",
+    "vmovdqu64 zmm7, [rdi + 640]",
+    "vmovdqu64 zmm8, [rdi + 704]",
+    "vmovdqu64 zmm9, [rdi + 768]",
+    "vmovdqu64 zmm10, [rdi + 832]",
+    "vmovdqu64 zmm11, [rdi + 896]",
+    "vmovdqu64 zmm12, [rdi + 960]",
+    "vmovdqu64 zmm13, [rdi + 1024]",
+    "vmovdqu64 zmm14, [rdi + 1088]",
+    "vmovdqu64 zmm15, [rdi + 1152]",
+    "vmovdqu64 zmm16, [rdi + 1216]",
+    "vmovdqu64 zmm17, [rdi + 1280]",
+    "vmovdqu64 zmm18, [rdi + 1344]",
+    "vmovdqu64 zmm19, [rdi + 1408]",
+    "vmovdqu64 zmm20, [rdi + 1472]",
+    "vmovdqu64 zmm21, [rdi + 1536]",
+    "vmovdqu64 zmm22, [rdi + 1600]",
+    "vmovdqu64 zmm23, [rdi + 1664]",
+    "vmovdqu64 zmm24, [rdi + 1728]",
+    "vmovdqu64 zmm25, [rdi + 1792]",
+    "vmovdqu64 zmm26, [rdi + 1856]",
+    "vmovdqu64 zmm27, [rdi + 1920]",
+    "vmovdqu64 zmm28, [rdi + 1984]",
+    "vmovdqu64 zmm29, [rdi + 2048]",
+    "vmovdqu64 zmm30, [rdi + 2112]",
+    "vmovdqu64 zmm31, [rdi + 2176]",
+    "kmovq k0, [rdi + 2240]",
+    "kmovq k1, [rdi + 2248]",
+    "kmovq k2, [rdi + 2256]",
+    "kmovq k3, [rdi + 2264]",
+    "kmovq k4, [rdi + 2272]",
+    "kmovq k5, [rdi + 2280]",
+    "kmovq k6, [rdi + 2288]",
+    "kmovq k7, [rdi + 2296]",
+    "push qword ptr [rdi + 128]",
+    "popfq",
+    "mov rax, [rdi + 0]",
     "mov rcx, [rdi + 8]",
     "mov rdx, [rdi + 16]",
     "mov rbx, [rdi + 24]",
@@ -111,7 +209,8 @@ std::arch::global_asm!(
 );
 
 extern "C" {
-    fn x86sem_native_enter(state: *mut NativeState);
+    fn x86sem_native_enter_sse(state: *mut NativeState);
+    fn x86sem_native_enter_avx512(state: *mut NativeState);
     fn x86sem_native_resume();
     static mut x86sem_native_host_rsp: u64;
     static mut x86sem_native_target: u64;
@@ -129,7 +228,9 @@ static mut CAPTURE: Capture = Capture {
     state: NativeState {
         gpr: [0; 16],
         flags: 0,
-        xmm: [[0; 2]; 16],
+        pad: [0; 7],
+        zmm: [[0; 8]; 32],
+        k: [0; 8],
     },
     rip: 0,
     signo: 0,
@@ -150,6 +251,9 @@ pub fn lock() -> MutexGuard<'static, ()> {
 
 fn setup() {
     SETUP.call_once(|| {
+        if avx512() {
+            XSTATE.get_or_init(xstate_offsets);
+        }
         map_fixed(DATA, DATA_LEN, libc::PROT_READ | libc::PROT_WRITE);
         map_fixed(
             CODE,
@@ -218,16 +322,73 @@ extern "C" fn handler(signo: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_
         let fp = uc.uc_mcontext.fpregs;
         for n in 0..16 {
             let e = (*fp)._xmm[n].element;
-            c.state.xmm[n] = [
-                u64::from(e[0]) | u64::from(e[1]) << 32,
-                u64::from(e[2]) | u64::from(e[3]) << 32,
-            ];
+            c.state.zmm[n][0] = u64::from(e[0]) | u64::from(e[1]) << 32;
+            c.state.zmm[n][1] = u64::from(e[2]) | u64::from(e[3]) << 32;
         }
+        read_xstate(fp as *const u8, &mut c.state);
         c.signo = signo;
         c.addr = (*info).si_addr() as u64;
         g[REG_RIP as usize] = x86sem_native_resume as *const () as usize as i64;
         g[REG_RSP as usize] = x86sem_native_host_rsp as i64;
         g[REG_EFL as usize] = 0x202;
+    }
+}
+
+/// Offsets of the XSAVE components in the standard (signal frame) layout:
+/// YMM_Hi128, opmask, ZMM_Hi256, Hi16_ZMM (CPUID leaf 0xD).
+fn xstate_offsets() -> [usize; 4] {
+    [2, 5, 6, 7].map(|c| std::arch::x86_64::__cpuid_count(0xd, c).ebx as usize)
+}
+
+static XSTATE: std::sync::OnceLock<[usize; 4]> = std::sync::OnceLock::new();
+
+/// Reads the upper halves of ymm/zmm0–15, zmm16–31 and k0–7 from the XSAVE
+/// area after the legacy region `fp` points to; a component whose
+/// XSTATE_BV bit is clear is in its initial state (zero).
+///
+/// # Safety
+/// `fp` is the fpregs pointer of a signal frame of this process.
+unsafe fn read_xstate(fp: *const u8, s: &mut NativeState) {
+    let Some(&[ymm, opmask, zmm_hi, hi16]) = XSTATE.get() else {
+        return;
+    };
+    // SAFETY: the kernel writes the XSAVE header after the 512-byte legacy
+    // area and the enabled components at their standard offsets.
+    unsafe {
+        let bv = std::ptr::read_unaligned(fp.add(512) as *const u64);
+        let q = |off: usize| std::ptr::read_unaligned(fp.add(off) as *const u64);
+        for n in 0..16 {
+            for l in 0..2 {
+                s.zmm[n][2 + l] = if bv & (1 << 2) != 0 {
+                    q(ymm + 16 * n + 8 * l)
+                } else {
+                    0
+                };
+            }
+            for l in 0..4 {
+                s.zmm[n][4 + l] = if bv & (1 << 6) != 0 {
+                    q(zmm_hi + 32 * n + 8 * l)
+                } else {
+                    0
+                };
+            }
+        }
+        for n in 0..16 {
+            for l in 0..8 {
+                s.zmm[16 + n][l] = if bv & (1 << 7) != 0 {
+                    q(hi16 + 64 * n + 8 * l)
+                } else {
+                    0
+                };
+            }
+        }
+        for n in 0..8 {
+            s.k[n] = if bv & (1 << 5) != 0 {
+                q(opmask + 8 * n)
+            } else {
+                0
+            };
+        }
     }
 }
 
@@ -280,7 +441,11 @@ pub fn run(state: &NativeState, len: usize) -> (NativeState, Ending) {
         x86sem_native_target = ENTRY;
         let mut s = *state;
         RUNNING.store(true, std::sync::atomic::Ordering::SeqCst);
-        x86sem_native_enter(&mut s);
+        if avx512() {
+            x86sem_native_enter_avx512(&mut s);
+        } else {
+            x86sem_native_enter_sse(&mut s);
+        }
         RUNNING.store(false, std::sync::atomic::Ordering::SeqCst);
         let c = &*std::ptr::addr_of!(CAPTURE);
         let at = c.rip.wrapping_sub(1);
