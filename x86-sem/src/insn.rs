@@ -49,8 +49,17 @@ pub struct Insn {
     /// 32-bit address size (the 0x67 prefix): the effective address wraps
     /// at 4 GiB, and string instructions use esi/edi/ecx.
     pub(crate) addr32: bool,
+    /// The EVEX writemask register (1–7), or 0 for none.
+    pub(crate) kmask: u8,
+    /// [`ZEROING`] and [`BROADCAST`].
+    pub(crate) vflags: u8,
     pub(crate) instr: Instruction,
 }
+
+/// EVEX {z}: elements the writemask disables are zeroed, not kept.
+pub(crate) const ZEROING: u8 = 1;
+/// EVEX {1toN}: the memory operand is one element, repeated.
+pub(crate) const BROADCAST: u8 = 2;
 
 impl Insn {
     /// The tag of an empty cache entry (no instruction starts there and
@@ -72,6 +81,8 @@ impl Insn {
             scale: 0,
             seg: SEG_NONE,
             addr32: false,
+            kmask: 0,
+            vflags: 0,
             instr: Instruction::default(),
         }
     }
@@ -146,6 +157,11 @@ impl Insn {
                     && index == Register::None
                     && instr.memory_displ_size() == 4);
         }
+        if instr.op_mask() != Register::None {
+            insn.kmask = instr.op_mask().number() as u8;
+        }
+        insn.vflags = (u8::from(instr.zeroing_masking()) * ZEROING)
+            | (u8::from(instr.is_broadcast()) * BROADCAST);
         insn.seg = match instr.memory_segment() {
             Register::FS => SEG_FS,
             Register::GS => SEG_GS,

@@ -9,13 +9,17 @@
 //! before the last memory access that can fail, so a [`Stop`] leaves the
 //! registers as they were.
 
+mod avx;
 mod bits;
+mod bmi;
 mod flow;
 mod forms;
 mod int;
+mod kmask;
 mod muldiv;
 mod shift;
 mod sse;
+mod sse42;
 mod string;
 mod system;
 

@@ -146,6 +146,8 @@ pub fn expect(i: &Instruction, s: &CpuState) -> Expect {
         Bsf | Bsr => expect_with(STATUS, STATUS & !ZF),
         Tzcnt | Lzcnt => expect_with(STATUS, OF | SF | AF | PF),
         Popcnt => expect_with(STATUS, 0),
+        Bzhi | Blsmsk | Blsr => expect_with(STATUS, AF | PF),
+        Kortestd | Kortestq | Ktestd | Ktestq | Pcmpistri => expect_with(STATUS, 0),
         Loope | Loopne => Expect {
             reads: ZF,
             ..Expect::default()

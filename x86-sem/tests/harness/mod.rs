@@ -295,9 +295,10 @@ pub fn make_case(i: &Instruction, rng: &mut Rng, fs: u64) -> Case {
         }
     }
     if accesses_memory(i) {
-        let align = if rng.below(4) == 0 { 1 } else { 16 };
+        let align = if rng.below(4) == 0 { 1 } else { 64 };
         let target = (DATA + 0x100 + rng.below(0x2c00)) & !(align - 1);
         aim(i, &mut s, rng, target, fs);
+        straddle_under_mask(i, &mut s, rng, fs);
         // Bit offsets from a register reach outside the operand: keep them
         // near it.
         if matches!(
@@ -318,6 +319,24 @@ pub fn make_case(i: &Instruction, rng: &mut Rng, fs: u64) -> Case {
     constrain_division(i, &mut s, &mut data, rng, fs);
     aim_branch(i, &mut s, &mut data, rng, fs);
     Case { state: s, data }
+}
+
+/// Sometimes puts a masked vector access across the end of the data
+/// region, with only elements inside it enabled: the CPU does not touch
+/// (nor fault on) disabled elements, and neither may the core.
+fn straddle_under_mask(i: &Instruction, s: &mut CpuState, rng: &mut Rng, fs: u64) {
+    if i.op_mask() == Register::None || i.is_broadcast() || rng.below(4) != 0 {
+        return;
+    }
+    let n = i.memory_size().size() as u64;
+    let e = i.memory_size().element_size() as u64;
+    if e == 0 || n <= e {
+        return;
+    }
+    let inside = 1 + rng.below(n / e - 1);
+    if aim(i, s, rng, DATA + DATA_LEN as u64 - inside * e, fs) {
+        s.k[i.op_mask().number()] = rng.next() & ((1 << inside) - 1);
+    }
 }
 
 /// Most divisions get a quotient that fits; some divide by zero or

@@ -1,0 +1,427 @@
+//! VEX and EVEX vector instructions: the AVX2/AVX-512 integer subset that
+//! glibc's string and memory functions run on AVX-512 machines
+//! (`__strlen_evex`, `__memmove_avx512_unaligned_erms`, …).
+//!
+//! A VEX or EVEX instruction writing a vector register zeroes it above the
+//! operation's length, up to bit 511. Under an EVEX writemask, each element
+//! whose mask bit is clear keeps the destination's element (or becomes zero
+//! with {z}); a disabled element of a memory operand is not accessed at all,
+//! so it cannot fault, as on the CPU (loads, stores, and the memory source
+//! of arithmetic and of comparisons into a mask register alike).
+
+use super::{ea, reg, set_sized, Flow};
+use crate::flags::mask;
+use crate::insn::{Insn, BROADCAST, KREG, MEM, VEC, ZEROING};
+use crate::mem::Memory;
+use crate::regs::Registers;
+use crate::step::{Machine, Retired, Stop};
+
+/// A vector value: eight 64-bit lanes, lane 0 lowest.
+pub(crate) type V = [u64; 8];
+
+/// Element `k` of `e` bytes.
+#[inline(always)]
+fn elem(v: &V, k: usize, e: usize) -> u64 {
+    let bit = k * e * 8;
+    (v[bit / 64] >> (bit % 64)) & mask(e)
+}
+
+#[inline(always)]
+fn set_elem(v: &mut V, k: usize, e: usize, value: u64) {
+    let bit = k * e * 8;
+    let sh = bit % 64;
+    let lane = &mut v[bit / 64];
+    *lane = (*lane & !(mask(e) << sh)) | ((value & mask(e)) << sh);
+}
+
+/// `v` cut to `n` bytes (zero above).
+#[inline(always)]
+fn cut(mut v: V, n: usize) -> V {
+    for lane in &mut v[n / 8..] {
+        *lane = 0;
+    }
+    v
+}
+
+fn to_bytes(v: &V) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    for (chunk, lane) in b.chunks_exact_mut(8).zip(v) {
+        chunk.copy_from_slice(&lane.to_le_bytes());
+    }
+    b
+}
+
+fn from_bytes(b: &[u8; 64]) -> V {
+    let mut v = [0u64; 8];
+    for (lane, chunk) in v.iter_mut().zip(b.chunks_exact(8)) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        *lane = u64::from_le_bytes(w);
+    }
+    v
+}
+
+/// The writemask: the selected k register, or all ones without one.
+#[inline(always)]
+fn writemask<X: Machine>(x: &X, i: &Insn) -> u64 {
+    if i.kmask == 0 {
+        u64::MAX
+    } else {
+        x.regs().k(usize::from(i.kmask))
+    }
+}
+
+/// The mask bits of `count` elements.
+#[inline(always)]
+const fn elements(count: usize) -> u64 {
+    if count >= 64 {
+        u64::MAX
+    } else {
+        (1 << count) - 1
+    }
+}
+
+/// Whether every one of `count` elements is enabled.
+#[inline(always)]
+fn all(m: u64, count: usize) -> bool {
+    m & elements(count) == elements(count)
+}
+
+/// Whether any of `count` elements is enabled. A misaligned aligned move
+/// whose elements are all disabled does not fault (measured on Zen 5).
+#[inline(always)]
+fn any(m: u64, count: usize) -> bool {
+    m & elements(count) != 0
+}
+
+/// Reads `n` bytes of memory at `a` into a vector (zero above), only the
+/// elements of `e` bytes enabled in `m` (the others read as zero and are
+/// not accessed).
+fn load_masked<X: Machine>(x: &mut X, a: u64, n: usize, e: usize, m: u64) -> Result<V, Stop> {
+    let count = n / e;
+    let mut b = [0u8; 64];
+    if all(m, count) {
+        x.mem().load_bytes(a, &mut b[..n])?;
+        return Ok(from_bytes(&b));
+    }
+    let mut k = 0;
+    while k < count {
+        if m >> k & 1 == 0 {
+            k += 1;
+            continue;
+        }
+        let start = k;
+        while k < count && m >> k & 1 != 0 {
+            k += 1;
+        }
+        let (lo, hi) = (start * e, k * e);
+        x.mem().load_bytes(a + lo as u64, &mut b[lo..hi])?;
+    }
+    Ok(from_bytes(&b))
+}
+
+/// Writes the elements of `v` enabled in `m` to memory at `a`, all or
+/// nothing: enabled elements that are not contiguous are written as one
+/// read-modify-write of the span from the first to the last (the disabled
+/// bytes inside it written back unchanged), so that a store that fails
+/// has written nothing.
+fn store_masked<X: Machine>(x: &mut X, a: u64, v: &V, n: usize, e: usize, m: u64) -> Flow {
+    let m = m & elements(n / e);
+    if m == 0 {
+        return Ok(());
+    }
+    let (first, last) = (m.trailing_zeros() as usize, 63 - m.leading_zeros() as usize);
+    let (lo, hi) = (first * e, (last + 1) * e);
+    let mut b = to_bytes(v);
+    let span = elements(last + 1) & !elements(first);
+    if m != span {
+        let mut old = [0u8; 64];
+        x.mem().load_bytes(a + lo as u64, &mut old[lo..hi])?;
+        for k in first..=last {
+            if m >> k & 1 == 0 {
+                b[k * e..(k + 1) * e].copy_from_slice(&old[k * e..(k + 1) * e]);
+            }
+        }
+    }
+    Ok(x.mem().store_bytes(a + lo as u64, &b[lo..hi])?)
+}
+
+/// Reads vector operand slot `o` as `N` bytes: a vector register, memory
+/// (16-, 32- or 64-byte aligned if `ALIGNED`), or under EVEX {1toN} one
+/// `e`-byte element repeated. Memory elements disabled in `m` are not read.
+fn read<X: Machine, const N: usize, const ALIGNED: bool>(
+    x: &mut X,
+    i: &Insn,
+    o: u8,
+    r: &mut Retired,
+    e: usize,
+    m: u64,
+) -> Result<V, Stop> {
+    if o != MEM {
+        return Ok(cut(*x.regs().vec(usize::from(o - VEC)), N));
+    }
+    let a = ea(x, i);
+    r.mem_addr = a;
+    if i.vflags & BROADCAST != 0 {
+        if !any(m, N / e) {
+            return Ok([0; 8]);
+        }
+        let one = x.mem().load(a, e)?;
+        let mut v = [0u64; 8];
+        for k in 0..N / e {
+            set_elem(&mut v, k, e, one);
+        }
+        return Ok(v);
+    }
+    if ALIGNED && a % N as u64 != 0 && any(m, N / e) {
+        return Err(Stop::Fault {
+            addr: a,
+            write: false,
+        });
+    }
+    load_masked(x, a, N, e, m)
+}
+
+/// Writes an `n`-byte result to vector register slot `o`: elements of `e`
+/// bytes disabled in `m` keep the old value (or zero under {z}); all bits
+/// above `n` bytes are zeroed.
+fn write_reg<X: Machine>(x: &mut X, i: &Insn, o: u8, new: &V, n: usize, e: usize, m: u64) {
+    let count = n / e;
+    let dest = x.regs_mut().vec_mut(usize::from(o - VEC));
+    if all(m, count) {
+        *dest = cut(*new, n);
+        return;
+    }
+    let old = *dest;
+    let mut out = [0u64; 8];
+    for k in 0..count {
+        let v = if m >> k & 1 != 0 {
+            elem(new, k, e)
+        } else if i.vflags & ZEROING != 0 {
+            0
+        } else {
+            elem(&old, k, e)
+        };
+        set_elem(&mut out, k, e, v);
+    }
+    *dest = out;
+}
+
+/// Vector moves, VEX and EVEX, loads, stores and register copies, of `N`
+/// bytes in `E`-byte elements (the writemask's granularity); `ALIGNED`
+/// for vmovdqa/vmovdqa64/vmovntdq.
+pub(crate) fn mov<X: Machine, const N: usize, const E: usize, const ALIGNED: bool>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let m = writemask(x, i);
+    if i.op[0] == MEM {
+        let v = *x.regs().vec(usize::from(i.op[1] - VEC));
+        let a = ea(x, i);
+        r.mem_addr = a;
+        r.mem_write = true;
+        if ALIGNED && a % N as u64 != 0 && any(m, N / E) {
+            return Err(Stop::Fault {
+                addr: a,
+                write: true,
+            });
+        }
+        return store_masked(x, a, &v, N, E, m);
+    }
+    let v = read::<X, N, ALIGNED>(x, i, i.op[1], r, E, m)?;
+    write_reg(x, i, i.op[0], &v, N, E, m);
+    Ok(())
+}
+
+/// vmovd / vmovq (`N` = 4 / 8): to an xmm register (zero-extended to 512
+/// bits), to a general-purpose register, or to memory.
+pub(crate) fn mov_low<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let o = i.op[1];
+    let v = if o == MEM {
+        let a = ea(x, i);
+        super::load(x, r, a, N)?
+    } else if o < 16 {
+        reg(x, usize::from(o)) & mask(N)
+    } else {
+        x.regs().vec(usize::from(o - VEC))[0] & mask(N)
+    };
+    let d = i.op[0];
+    if d == MEM {
+        let a = ea(x, i);
+        super::store(x, r, a, N, v)
+    } else if d < 16 {
+        set_sized::<X, N>(x, usize::from(d), v);
+        Ok(())
+    } else {
+        let mut out = [0u64; 8];
+        out[0] = v;
+        *x.regs_mut().vec_mut(usize::from(d - VEC)) = out;
+        Ok(())
+    }
+}
+
+/// Element-wise operations, named by their mnemonic.
+pub(crate) mod op {
+    pub(crate) const PADDB: u8 = 0;
+    pub(crate) const PSUBB: u8 = 1;
+    pub(crate) const PMINUB: u8 = 2;
+    pub(crate) const PMINUD: u8 = 3;
+    pub(crate) const PXORD: u8 = 4;
+    pub(crate) const PXORQ: u8 = 5;
+}
+
+/// Element size of an element-wise operation.
+const fn elem_size(o: u8) -> usize {
+    match o {
+        op::PADDB | op::PSUBB | op::PMINUB => 1,
+        op::PMINUD | op::PXORD => 4,
+        _ => 8,
+    }
+}
+
+/// dst = src1 OP src2 element-wise (`N` bytes), src2 possibly memory or a
+/// broadcast, under the writemask.
+pub(crate) fn binary<X: Machine, const OP: u8, const N: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let e = elem_size(OP);
+    let m = writemask(x, i);
+    let b = read::<X, N, false>(x, i, i.op[2], r, e, m)?;
+    let a = read::<X, N, false>(x, i, i.op[1], r, e, m)?;
+    let mut out = [0u64; 8];
+    for k in 0..N / e {
+        let (p, q) = (elem(&a, k, e), elem(&b, k, e));
+        let v = match OP {
+            op::PADDB => p.wrapping_add(q),
+            op::PSUBB => p.wrapping_sub(q),
+            op::PMINUB | op::PMINUD => p.min(q),
+            _ => p ^ q,
+        };
+        set_elem(&mut out, k, e, v);
+    }
+    write_reg(x, i, i.op[0], &out, N, e, m);
+    Ok(())
+}
+
+/// vpternlogd: each result bit is bit (a·4 + b·2 + c) of imm8, where a is
+/// the destination's bit and b, c the sources'.
+pub(crate) fn ternlog<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let m = writemask(x, i);
+    let c = read::<X, N, false>(x, i, i.op[2], r, 4, m)?;
+    let b = read::<X, N, false>(x, i, i.op[1], r, 4, u64::MAX)?;
+    let a = read::<X, N, false>(x, i, i.op[0], r, 4, u64::MAX)?;
+    let imm = i.imm as u8;
+    let mut out = [0u64; 8];
+    for (l, o) in out.iter_mut().enumerate() {
+        for (t, set) in (0..8u64).map(|t| (t, imm >> t & 1 != 0)) {
+            if !set {
+                continue;
+            }
+            let pick = |v: u64, bit: u64| if t & bit != 0 { v } else { !v };
+            *o |= pick(a[l], 4) & pick(b[l], 2) & pick(c[l], 1);
+        }
+    }
+    write_reg(x, i, i.op[0], &out, N, 4, m);
+    Ok(())
+}
+
+/// Comparisons into a mask register.
+pub(crate) mod cmp {
+    /// vpcmpb/vpcmpub/vpcmpd/vpcmpud: the predicate is imm8.
+    pub(crate) const CMPB: u8 = 0;
+    pub(crate) const CMPUB: u8 = 1;
+    pub(crate) const CMPD: u8 = 2;
+    pub(crate) const CMPUD: u8 = 3;
+    /// vpcmpeqb k: equality.
+    pub(crate) const EQB: u8 = 4;
+    /// vptestm / vptestnm: (a AND b) != 0, == 0.
+    pub(crate) const TESTMB: u8 = 5;
+    pub(crate) const TESTNMB: u8 = 6;
+    pub(crate) const TESTMD: u8 = 7;
+    pub(crate) const TESTNMD: u8 = 8;
+}
+
+/// k = compare(src1, src2) element-wise (`N` bytes), ANDed with the
+/// writemask; bits above the element count zero.
+pub(crate) fn compare<X: Machine, const OP: u8, const N: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    use cmp::*;
+    let e = match OP {
+        CMPD | CMPUD | TESTMD | TESTNMD => 4,
+        _ => 1,
+    };
+    let m = writemask(x, i);
+    let b = read::<X, N, false>(x, i, i.op[2], r, e, m)?;
+    let a = read::<X, N, false>(x, i, i.op[1], r, e, m)?;
+    let pred = i.imm & 7;
+    let signed = matches!(OP, CMPB | CMPD);
+    let mut k = 0u64;
+    for n in 0..N / e {
+        let (p, q) = (elem(&a, n, e), elem(&b, n, e));
+        let (sp, sq) = (
+            crate::flags::sext(p, e) as i64,
+            crate::flags::sext(q, e) as i64,
+        );
+        let lt = if signed { sp < sq } else { p < q };
+        let bit = match OP {
+            EQB => p == q,
+            TESTMB | TESTMD => p & q != 0,
+            TESTNMB | TESTNMD => p & q == 0,
+            _ => match pred {
+                0 => p == q,
+                1 => lt,
+                2 => lt || p == q,
+                3 => false,
+                4 => p != q,
+                5 => !lt,
+                6 => !lt && p != q,
+                _ => true,
+            },
+        };
+        k |= u64::from(bit) << n;
+    }
+    x.regs_mut().set_k(usize::from(i.op[0] - KREG), k & m);
+    Ok(())
+}
+
+/// vpbroadcastb/d (`E` = 1/4) from a general-purpose register, an xmm
+/// register or memory, to `N` bytes under the writemask.
+pub(crate) fn broadcast<X: Machine, const E: usize, const N: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let m = writemask(x, i);
+    let o = i.op[1];
+    let one = if o == MEM {
+        let a = ea(x, i);
+        super::load(x, r, a, E)?
+    } else if o < 16 {
+        reg(x, usize::from(o))
+    } else {
+        x.regs().vec(usize::from(o - VEC))[0]
+    };
+    let mut v = [0u64; 8];
+    for k in 0..N / E {
+        set_elem(&mut v, k, E, one);
+    }
+    write_reg(x, i, i.op[0], &v, N, E, m);
+    Ok(())
+}
+
+/// vzeroupper: bits 128–511 of zmm0–15 become zero.
+pub(crate) fn zeroupper<X: Machine>(x: &mut X, _i: &Insn, _r: &mut Retired) -> Flow {
+    for n in 0..16 {
+        let v = x.regs_mut().vec_mut(n);
+        for lane in &mut v[2..] {
+            *lane = 0;
+        }
+    }
+    Ok(())
+}
