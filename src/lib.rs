@@ -15,6 +15,7 @@ pub mod aggregate;
 pub mod buffer;
 pub mod control;
 pub mod decode;
+pub mod emulate;
 pub mod modules;
 pub mod output;
 pub mod sys;

@@ -10,6 +10,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use perf_event_open_sys::bindings as pb;
 
+pub mod probe;
+
 pub use pb::perf_event_attr as PerfEventAttr;
 
 /// `si_code` of a SIGTRAP raised by a perf event with `attr.sigtrap` set
@@ -221,20 +223,18 @@ pub unsafe fn real_sigaction(
     check(unsafe { real_sigaction_fn()(sig, act, old) } as libc::c_long).map(drop)
 }
 
-/// Installs `handler` for `sig` with SA_SIGINFO | SA_RESTART, blocking
-/// `blocked` while it runs, and returns the previous action. Not
-/// SA_ONSTACK: an application's alternate stack may be smaller than the
-/// tracer's handler needs, and the handler only ever runs on a thread
-/// interrupted in its own code, on its own stack.
+/// Installs `handler` for `sig` with SA_SIGINFO | SA_RESTART and `flags`,
+/// blocking `blocked` while it runs, and returns the previous action.
 pub fn install_handler(
     sig: i32,
     handler: SigactionFn,
     blocked: &[i32],
+    flags: i32,
 ) -> Result<libc::sigaction, Errno> {
     // SAFETY: sigaction structs are plain data; zero is a valid empty mask.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
     act.sa_sigaction = handler as usize;
-    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | flags;
     for &b in blocked {
         // SAFETY: act.sa_mask is a valid sigset.
         unsafe { libc::sigaddset(&mut act.sa_mask, b) };
@@ -257,6 +257,15 @@ pub fn reraise_default(sig: i32) {
     let _ = tgkill(gettid(), sig);
 }
 
+/// Puts back the default action of `sig` (a fault handler then returns and
+/// the faulting instruction runs again under it). Async-signal-safe.
+pub fn set_default_action(sig: i32) {
+    // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask.
+    let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid action.
+    let _ = unsafe { real_sigaction(sig, &dfl, std::ptr::null_mut()) };
+}
+
 /// Reinstalls a previously saved action.
 pub fn restore_action(sig: i32, action: &libc::sigaction) -> Result<(), Errno> {
     // SAFETY: the action was obtained from the kernel earlier.
@@ -274,6 +283,22 @@ pub fn siginfo_perf_data(info: &libc::siginfo_t) -> u64 {
             .add(24)
             .cast::<u64>())
     }
+}
+
+/// Blocks `set` in the calling thread and returns the previous mask.
+/// Async-signal-safe (one rt_sigprocmask).
+pub fn block_signals(set: &libc::sigset_t) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid sigset pointers; only this thread's mask changes.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, set, &mut old) };
+    old
+}
+
+/// Sets the calling thread's signal mask. Async-signal-safe.
+pub fn set_signal_mask(set: &libc::sigset_t) {
+    // SAFETY: a valid sigset pointer; only this thread's mask changes.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, set, std::ptr::null_mut()) };
 }
 
 /// Runs `f` (which spawns a thread) with every signal blocked in the

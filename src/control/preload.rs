@@ -241,8 +241,9 @@ pub unsafe extern "C" fn pthread_create(
     ret
 }
 
-/// Interposed sigaction: SIGTRAP actions are kept for chaining while our
-/// handler is installed.
+/// Interposed sigaction: the actions of the signals the tracer handles
+/// (SIGTRAP, and SIGSEGV/SIGBUS in emulate mode) are kept for chaining
+/// while our handler is installed.
 ///
 /// # Safety
 /// As sigaction(2).
@@ -253,7 +254,7 @@ pub unsafe extern "C" fn sigaction(
     old: *mut libc::sigaction,
 ) -> i32 {
     // SAFETY: the caller passes null or valid pointers.
-    if sig == libc::SIGTRAP && chain::intercept(unsafe { act.as_ref() }, unsafe { old.as_mut() }) {
+    if chain::intercept(sig, unsafe { act.as_ref() }, unsafe { old.as_mut() }) {
         return 0;
     }
     // SAFETY: as above.
@@ -288,14 +289,14 @@ type RealSignal = unsafe extern "C" fn(i32, libc::sighandler_t) -> libc::sighand
 /// As signal(2).
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if sig == libc::SIGTRAP {
+    if chain::CHAINED.contains(&sig) {
         // SAFETY: plain data, all-zero is valid.
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
         act.sa_sigaction = handler;
         act.sa_flags = libc::SA_RESTART;
         // SAFETY: as above.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        if chain::intercept(Some(&act), Some(&mut old)) {
+        if chain::intercept(sig, Some(&act), Some(&mut old)) {
             return old.sa_sigaction;
         }
     }

@@ -306,8 +306,13 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer
         .dataflow
         .store(resolved.dataflow as u8, Ordering::Relaxed);
-    chain::install(handler::on_sigtrap, &super::terminate::TERMINATING)
-        .map_err(StartError::Handler)?;
+    chain::install(
+        libc::SIGTRAP,
+        handler::on_sigtrap,
+        &super::terminate::TERMINATING,
+        chain::Kind::Trap,
+    )
+    .map_err(StartError::Handler)?;
 
     // The worker exists before any thread is traced or `running` is set,
     // so the pthread_create interposer never mistakes it for the
@@ -339,7 +344,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
             Err(e) if registered == 0 => {
                 threads::close_all(tracer);
                 drop(registry);
-                let _ = chain::uninstall();
+                uninstall_handlers();
                 stop_worker.store(true, Ordering::Release);
                 let _ = worker.join();
                 let hint = hint_for(&e);
@@ -545,6 +550,14 @@ pub fn status() -> String {
     j.finish()
 }
 
+/// Gives every signal the tracer handles back to the application's action
+/// (a failed start, or the child of a fork).
+fn uninstall_handlers() {
+    for sig in chain::CHAINED {
+        let _ = chain::uninstall(sig);
+    }
+}
+
 /// In the child of a fork: no events, no worker, no holder of any lock.
 /// Drops the parent's session state without touching the parent's
 /// resources (the worker does not exist here) and gives SIGTRAP back.
@@ -564,5 +577,5 @@ pub fn reset_after_fork() {
         tracer.running.store(false, Ordering::Release);
         trace::forget_parent_threads(tracer);
     }
-    let _ = chain::uninstall();
+    uninstall_handlers();
 }

@@ -61,7 +61,7 @@ pub fn install(socket: &std::path::Path) {
             continue;
         }
         if current.sa_sigaction == libc::SIG_DFL
-            && sys::install_handler(sig, on_terminate, &blocked).is_ok()
+            && sys::install_handler(sig, on_terminate, &blocked, 0).is_ok()
         {
             OURS[i].store(true, Ordering::Release);
         }

@@ -1,22 +1,28 @@
-//! The application's own SIGTRAP disposition while ours is installed.
+//! The application's own dispositions of the signals the tracer handles:
+//! SIGTRAP (sampling and breakpoint stops) and, in emulate mode, SIGSEGV
+//! and SIGBUS (faults of the emulator's fault-safe loads).
 //!
-//! When a session starts, the application's SIGTRAP action is saved here and
-//! ours installed. While ours is installed, the library's `sigaction` and
-//! `signal` interposers store the application's new SIGTRAP actions here
-//! instead of in the kernel, so neither side loses its handler. SIGTRAPs
-//! that are not ours (int3, raise, ptrace) are forwarded to the saved action.
+//! When a session starts, the application's action for each such signal is
+//! saved here and ours installed. While ours is installed, the library's
+//! `sigaction` and `signal` interposers store the application's new actions
+//! here instead of in the kernel, so neither side loses its handler. Signals
+//! that are not ours (int3, raise, ptrace for SIGTRAP; every fault but the
+//! emulator's own for SIGSEGV/SIGBUS) are forwarded to the saved action.
 //!
-//! Storage is two copies and an index: writers (serialised by `WRITER`)
-//! fill the copy not in use and flip the index; the handler reads the
-//! current copy without locks. A handler racing with two flips in a row
-//! could see a half-written action; applications do not change their
-//! SIGTRAP handler from inside their SIGTRAP handler in a loop.
+//! Storage is two copies and an index per signal: writers (serialised by
+//! `WRITER`) fill the copy not in use and flip the index; the handler reads
+//! the current copy without locks. A handler racing with two flips in a row
+//! could see a half-written action; applications do not change a handler
+//! from inside that handler in a loop.
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::sys;
+
+/// The signals whose actions are kept here, in slot order.
+pub const CHAINED: [i32; 3] = [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS];
 
 struct Saved {
     copies: UnsafeCell<[libc::sigaction; 2]>,
@@ -29,14 +35,36 @@ struct Saved {
 // the index names.
 unsafe impl Sync for Saved {}
 
-static SAVED: Saved = Saved {
-    // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask.
-    copies: UnsafeCell::new(unsafe { std::mem::zeroed() }),
-    current: AtomicUsize::new(0),
-    active: AtomicBool::new(false),
-};
+impl Saved {
+    const fn new() -> Saved {
+        Saved {
+            // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask.
+            copies: UnsafeCell::new(unsafe { std::mem::zeroed() }),
+            current: AtomicUsize::new(0),
+            active: AtomicBool::new(false),
+        }
+    }
+
+    fn store(&self, action: &libc::sigaction) {
+        let next = 1 - self.current.load(Ordering::Relaxed);
+        // SAFETY: the writer lock is held; readers use the other copy.
+        unsafe { (*self.copies.get())[next] = *action };
+        self.current.store(next, Ordering::Release);
+    }
+
+    fn load(&self) -> libc::sigaction {
+        // SAFETY: reads the published copy (see the module doc).
+        unsafe { (*self.copies.get())[self.current.load(Ordering::Acquire)] }
+    }
+}
+
+static SAVED: [Saved; CHAINED.len()] = [Saved::new(), Saved::new(), Saved::new()];
 
 static WRITER: AtomicBool = AtomicBool::new(false);
+
+fn slot(sig: i32) -> Option<&'static Saved> {
+    CHAINED.iter().position(|&s| s == sig).map(|i| &SAVED[i])
+}
 
 fn with_writer<R>(f: impl FnOnce() -> R) -> R {
     while WRITER
@@ -50,39 +78,53 @@ fn with_writer<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-fn store(action: &libc::sigaction) {
-    let next = 1 - SAVED.current.load(Ordering::Relaxed);
-    // SAFETY: the writer lock is held; readers use the other copy.
-    unsafe { (*SAVED.copies.get())[next] = *action };
-    SAVED.current.store(next, Ordering::Release);
+/// How our handler is installed.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    /// The tracer's SIGTRAP handler: on the interrupted thread's own stack
+    /// (it needs more room than an application's alternate stack may
+    /// have), with the given signals blocked.
+    Trap,
+    /// A fault handler: on the alternate stack when the thread has one (a
+    /// fault may be a stack overflow), and with nothing blocked by the
+    /// kernel, so that [`forward`] can give the application's handler
+    /// exactly the mask its own action asks for.
+    Fault,
 }
 
-fn load() -> libc::sigaction {
-    // SAFETY: reads the published copy (see the module doc).
-    unsafe { (*SAVED.copies.get())[SAVED.current.load(Ordering::Acquire)] }
-}
-
-/// Installs our handler, saving the application's action.
-pub fn install(handler: sys::SigactionFn, blocked: &[i32]) -> Result<(), sys::Errno> {
+/// Installs our `handler` for `sig` (one of [`CHAINED`]), saving the
+/// application's action. Installing twice keeps the first.
+pub fn install(
+    sig: i32,
+    handler: sys::SigactionFn,
+    blocked: &[i32],
+    kind: Kind,
+) -> Result<(), sys::Errno> {
+    let saved = slot(sig).expect("a chained signal");
     with_writer(|| {
-        if SAVED.active.load(Ordering::Acquire) {
+        if saved.active.load(Ordering::Acquire) {
             return Ok(());
         }
-        let old = sys::install_handler(libc::SIGTRAP, handler, blocked)?;
-        store(&old);
-        SAVED.active.store(true, Ordering::Release);
+        let flags = match kind {
+            Kind::Trap => 0,
+            Kind::Fault => libc::SA_ONSTACK | libc::SA_NODEFER,
+        };
+        let old = sys::install_handler(sig, handler, blocked, flags)?;
+        saved.store(&old);
+        saved.active.store(true, Ordering::Release);
         Ok(())
     })
 }
 
-/// Gives SIGTRAP back to the application's action.
-pub fn uninstall() -> Result<(), sys::Errno> {
+/// Gives `sig` back to the application's action.
+pub fn uninstall(sig: i32) -> Result<(), sys::Errno> {
+    let saved = slot(sig).expect("a chained signal");
     with_writer(|| {
-        if !SAVED.active.load(Ordering::Acquire) {
+        if !saved.active.load(Ordering::Acquire) {
             return Ok(());
         }
-        sys::restore_action(libc::SIGTRAP, &load())?;
-        SAVED.active.store(false, Ordering::Release);
+        sys::restore_action(sig, &saved.load())?;
+        saved.active.store(false, Ordering::Release);
         Ok(())
     })
 }
@@ -93,38 +135,76 @@ pub fn reset_after_fork() {
     WRITER.store(false, Ordering::Release);
 }
 
-/// The interposers' path for SIGTRAP: while ours is installed, keep the
-/// application's action here. Returns false when ours is not installed and
-/// the call must go to the kernel.
-pub fn intercept(act: Option<&libc::sigaction>, old: Option<&mut libc::sigaction>) -> bool {
+/// The interposers' path: while ours is installed for `sig`, keep the
+/// application's action here. Returns false when `sig` is not chained or
+/// ours is not installed, and the call must go to the kernel.
+pub fn intercept(
+    sig: i32,
+    act: Option<&libc::sigaction>,
+    old: Option<&mut libc::sigaction>,
+) -> bool {
+    let Some(saved) = slot(sig) else {
+        return false;
+    };
     with_writer(|| {
-        if !SAVED.active.load(Ordering::Acquire) {
+        if !saved.active.load(Ordering::Acquire) {
             return false;
         }
         if let Some(old) = old {
-            *old = load();
+            *old = saved.load();
         }
         if let Some(act) = act {
-            store(act);
+            saved.store(act);
         }
         true
     })
 }
 
-/// Passes a SIGTRAP that is not ours to the application's action, as the
+/// Passes a signal that is not ours to the application's action, as the
 /// kernel would have. Async-signal-safe.
 pub fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    let action = load();
+    let Some(saved) = slot(sig) else {
+        return;
+    };
+    let action = saved.load();
     let handler = action.sa_sigaction;
+    // SAFETY: the kernel passes a valid siginfo.
+    let code = unsafe { info.as_ref() }.map_or(0, |i| i.si_code);
+    // A fault the kernel raised (si_code > 0) happens again when the
+    // instruction is retried: giving the signal its default action and
+    // returning ends the process exactly as without us, core dump and
+    // fault address included. The kernel does the same for an ignored
+    // synchronous fault.
+    let synchronous_fault = sig != libc::SIGTRAP && code > 0;
+    if handler == libc::SIG_DFL || (handler == libc::SIG_IGN && synchronous_fault) {
+        if synchronous_fault {
+            sys::set_default_action(sig);
+        } else {
+            sys::reraise_default(sig);
+        }
+        return;
+    }
     if handler == libc::SIG_IGN {
         return;
     }
-    if handler == libc::SIG_DFL {
-        // Default for SIGTRAP is to dump core: do exactly that by restoring
-        // the default and re-sending; it is delivered when we return.
-        sys::reraise_default(libc::SIGTRAP);
-        return;
+    if action.sa_flags & libc::SA_RESETHAND != 0 {
+        // SAFETY: plain data, all-zero is SIG_DFL.
+        saved.store(&unsafe { std::mem::zeroed() });
     }
+    // Our fault handlers run with nothing blocked: block what the kernel
+    // would have for the application's action (its mask, and the signal
+    // itself unless SA_NODEFER), and restore it if the handler returns. A
+    // handler that leaves by siglongjmp finds the mask the kernel would
+    // have left.
+    let fault = sig != libc::SIGTRAP;
+    let old_mask = fault.then(|| {
+        let mut mask = action.sa_mask;
+        if action.sa_flags & libc::SA_NODEFER == 0 {
+            // SAFETY: a valid sigset.
+            unsafe { libc::sigaddset(&mut mask, sig) };
+        }
+        sys::block_signals(&mask)
+    });
     if action.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the application installed this as an SA_SIGINFO handler.
         let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void) =
@@ -135,4 +215,18 @@ pub fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
         let f: extern "C" fn(i32) = unsafe { std::mem::transmute(handler) };
         f(sig);
     }
+    if let Some(mask) = old_mask {
+        sys::set_signal_mask(&mask);
+    }
+}
+
+/// Our SIGSEGV and SIGBUS handler: a fault of the emulator's fault-safe
+/// load is turned into its error return; every other fault goes to the
+/// application's action. Async-signal-safe.
+pub extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    // SAFETY: the kernel passes the handler's own ucontext.
+    if unsafe { sys::probe::fixup(ctx) } {
+        return;
+    }
+    forward(sig, info, ctx);
 }

@@ -1,0 +1,396 @@
+//! The emulator's view of the thread's memory during one speculative
+//! segment: real memory read through fault-safe loads, a private store
+//! overlay, and the log the checkpoint validates.
+//!
+//! Invariants, for the segment since the last [`LiveMemory::reset`]:
+//! - Real memory is never written: every store goes to the overlay.
+//! - Real memory is read at 8-byte-aligned qword granularity, each qword at
+//!   most once: a second load of the same qword sees the value of the first
+//!   (so the emulation is a function of one snapshot value per qword, and
+//!   the log holds exactly those values).
+//! - A load's bytes come from the overlay where the segment stored them,
+//!   else from the logged qword; `used` records which logged bytes the
+//!   emulation consumed.
+//!
+//! At the checkpoint ([`LiveMemory::validate`]) every logged qword is read
+//! again: each consumed byte must still hold the loaded value, unless the
+//! thread itself stored it later in the window, in which case it (like
+//! every stored byte) must hold the overlay's final value.
+//!
+//! Async-signal-safe: fixed arrays, no allocation.
+
+/// Real qwords one segment may read; one more ends the segment (the
+/// checkpoint goes there, and the next segment starts with an empty log).
+pub const LOAD_LOG_ENTRIES: usize = 512;
+/// Qwords one segment may store.
+pub const OVERLAY_ENTRIES: usize = 256;
+/// Hash slots of each index (a power of two, at least twice the entries).
+const LOAD_SLOTS: usize = 1024;
+const OVERLAY_SLOTS: usize = 512;
+
+/// Reads real memory. The handler's implementation is the fault-safe load;
+/// tests use a table.
+pub trait Probe {
+    /// The 8 bytes at the 8-byte-aligned `addr`, or `None` if unreadable.
+    fn read_qword(&self, addr: u64) -> Option<u64>;
+}
+
+/// Why an access did not complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessError {
+    /// The qword at this address cannot be read.
+    Fault(u64),
+    /// The load log or the overlay is full.
+    LogFull,
+}
+
+/// What the checkpoint found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryCheck {
+    Match,
+    /// A logged qword holds another value (or cannot be read) now.
+    Differs { addr: u64 },
+}
+
+#[derive(Clone, Copy, Default)]
+struct Logged {
+    addr: u64,
+    value: u64,
+    /// Bytes the emulation consumed from `value`.
+    used: u8,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Stored {
+    addr: u64,
+    value: u64,
+    /// Bytes the segment stored.
+    mask: u8,
+}
+
+/// Open-addressing index from qword address to a position in a log, with
+/// generation tags so that resetting it is O(1).
+struct Index<const SLOTS: usize> {
+    slots: [(u32, u32); SLOTS],
+    generation: u32,
+}
+
+impl<const SLOTS: usize> Index<SLOTS> {
+    fn new() -> Self {
+        Index {
+            slots: [(0, 0); SLOTS],
+            generation: 1,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // Once every 2^32 segments: old tags could alias.
+            self.slots = [(0, 0); SLOTS];
+            self.generation = 1;
+        }
+    }
+
+    fn home(addr: u64) -> usize {
+        ((addr >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & (SLOTS - 1)
+    }
+
+    /// The position stored for `addr`, probing with `key_at` to compare.
+    fn find(&self, addr: u64, key_at: impl Fn(usize) -> u64) -> Result<usize, usize> {
+        let mut i = Self::home(addr);
+        loop {
+            let (generation, pos) = self.slots[i];
+            if generation != self.generation {
+                return Err(i);
+            }
+            if key_at(pos as usize) == addr {
+                return Ok(pos as usize);
+            }
+            i = (i + 1) & (SLOTS - 1);
+        }
+    }
+
+    fn insert_at(&mut self, slot: usize, pos: usize) {
+        self.slots[slot] = (self.generation, pos as u32);
+    }
+}
+
+/// One segment's memory: see the module doc.
+pub struct LiveMemory {
+    loads: [Logged; LOAD_LOG_ENTRIES],
+    n_loads: usize,
+    load_index: Index<LOAD_SLOTS>,
+    stores: [Stored; OVERLAY_ENTRIES],
+    n_stores: usize,
+    store_index: Index<OVERLAY_SLOTS>,
+}
+
+/// The bytes `[addr, addr + size)` split over at most two qwords:
+/// (qword address, byte mask within it, shift of the value's first byte).
+fn chunks(addr: u64, size: usize) -> [(u64, u8, u32); 2] {
+    let q0 = addr & !7;
+    let off = (addr & 7) as u32;
+    let first = (8 - off as usize).min(size);
+    let mask0 = (((1u16 << first) - 1) << off) as u8;
+    let rest = size - first;
+    let mask1 = ((1u16 << rest) - 1) as u8;
+    [(q0, mask0, off), (q0.wrapping_add(8), mask1, 0)]
+}
+
+/// Spreads a byte mask to a bit mask.
+fn bits(mask: u8) -> u64 {
+    let mut m = 0u64;
+    for i in 0..8 {
+        if mask & (1 << i) != 0 {
+            m |= 0xff << (8 * i);
+        }
+    }
+    m
+}
+
+impl LiveMemory {
+    /// An empty log on the heap (it is about 30 KiB).
+    pub fn new() -> Box<LiveMemory> {
+        Box::new(LiveMemory {
+            loads: [Logged::default(); LOAD_LOG_ENTRIES],
+            n_loads: 0,
+            load_index: Index::new(),
+            stores: [Stored::default(); OVERLAY_ENTRIES],
+            n_stores: 0,
+            store_index: Index::new(),
+        })
+    }
+
+    /// Starts a new segment.
+    pub fn reset(&mut self) {
+        self.n_loads = 0;
+        self.n_stores = 0;
+        self.load_index.reset();
+        self.store_index.reset();
+    }
+
+    /// Real qwords read and qwords stored so far.
+    pub fn logged(&self) -> (usize, usize) {
+        (self.n_loads, self.n_stores)
+    }
+
+    fn stored(&self, addr: u64) -> Option<&Stored> {
+        let stores = &self.stores;
+        self.store_index
+            .find(addr, |p| stores[p].addr)
+            .ok()
+            .map(|p| &self.stores[p])
+    }
+
+    /// The qword at `addr` as first read in this segment, reading and
+    /// logging it now if it was not; `used` is or-ed into its consumed
+    /// bytes.
+    fn real_qword(&mut self, probe: &impl Probe, addr: u64, used: u8) -> Result<u64, AccessError> {
+        let loads = &self.loads;
+        match self.load_index.find(addr, |p| loads[p].addr) {
+            Ok(p) => {
+                self.loads[p].used |= used;
+                Ok(self.loads[p].value)
+            }
+            Err(slot) => {
+                if self.n_loads == LOAD_LOG_ENTRIES {
+                    return Err(AccessError::LogFull);
+                }
+                let value = probe.read_qword(addr).ok_or(AccessError::Fault(addr))?;
+                self.loads[self.n_loads] = Logged { addr, value, used };
+                self.load_index.insert_at(slot, self.n_loads);
+                self.n_loads += 1;
+                Ok(value)
+            }
+        }
+    }
+
+    /// Loads `size` (1 to 8) bytes at `addr`, little-endian.
+    pub fn load(&mut self, probe: &impl Probe, addr: u64, size: usize) -> Result<u64, AccessError> {
+        debug_assert!((1..=8).contains(&size));
+        let mut value = 0u64;
+        let mut got = 0u32;
+        for (q, mask, shift) in chunks(addr, size) {
+            if mask == 0 {
+                continue;
+            }
+            let (ov_value, ov_mask) = self.stored(q).map_or((0, 0), |s| (s.value, s.mask));
+            let from_real = mask & !ov_mask;
+            let real = if from_real != 0 {
+                self.real_qword(probe, q, from_real)?
+            } else {
+                0
+            };
+            let merged = (ov_value & bits(ov_mask)) | (real & !bits(ov_mask));
+            let part = (merged & bits(mask)) >> (8 * shift);
+            value |= part << got;
+            got += 8 * mask.count_ones();
+        }
+        Ok(value)
+    }
+
+    /// Stores the low `size` (1 to 8) bytes of `value` at `addr` into the
+    /// overlay.
+    pub fn store(&mut self, addr: u64, size: usize, value: u64) -> Result<(), AccessError> {
+        debug_assert!((1..=8).contains(&size));
+        // Check room first, so that a full overlay leaves no half store.
+        let needed = chunks(addr, size)
+            .iter()
+            .filter(|(q, mask, _)| *mask != 0 && self.stored(*q).is_none())
+            .count();
+        if self.n_stores + needed > OVERLAY_ENTRIES {
+            return Err(AccessError::LogFull);
+        }
+        let mut consumed = 0u32;
+        for (q, mask, shift) in chunks(addr, size) {
+            if mask == 0 {
+                continue;
+            }
+            let part = (value >> consumed) << (8 * shift);
+            consumed += 8 * mask.count_ones();
+            let stores = &self.stores;
+            let p = match self.store_index.find(q, |p| stores[p].addr) {
+                Ok(p) => p,
+                Err(slot) => {
+                    self.stores[self.n_stores] = Stored {
+                        addr: q,
+                        value: 0,
+                        mask: 0,
+                    };
+                    self.store_index.insert_at(slot, self.n_stores);
+                    self.n_stores += 1;
+                    self.n_stores - 1
+                }
+            };
+            let s = &mut self.stores[p];
+            s.value = (s.value & !bits(mask)) | (part & bits(mask));
+            s.mask |= mask;
+        }
+        Ok(())
+    }
+
+    /// Reads every logged address again (see the module doc).
+    pub fn validate(&self, probe: &impl Probe) -> MemoryCheck {
+        for s in &self.stores[..self.n_stores] {
+            match probe.read_qword(s.addr) {
+                Some(now) if (now ^ s.value) & bits(s.mask) == 0 => {}
+                _ => return MemoryCheck::Differs { addr: s.addr },
+            }
+        }
+        for l in &self.loads[..self.n_loads] {
+            // Bytes the thread stored later are checked above.
+            let ov_mask = self.stored(l.addr).map_or(0, |s| s.mask);
+            let check = bits(l.used & !ov_mask);
+            if check == 0 {
+                continue;
+            }
+            match probe.read_qword(l.addr) {
+                Some(now) if (now ^ l.value) & check == 0 => {}
+                _ => return MemoryCheck::Differs { addr: l.addr },
+            }
+        }
+        MemoryCheck::Match
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    /// Real memory as a table of qwords; unlisted qwords fault.
+    #[derive(Default)]
+    struct Table(RefCell<HashMap<u64, u64>>, RefCell<usize>);
+
+    impl Table {
+        fn with(words: &[(u64, u64)]) -> Table {
+            let t = Table::default();
+            t.0.borrow_mut().extend(words.iter().copied());
+            t
+        }
+        fn set(&self, addr: u64, v: u64) {
+            self.0.borrow_mut().insert(addr, v);
+        }
+    }
+
+    impl Probe for Table {
+        fn read_qword(&self, addr: u64) -> Option<u64> {
+            *self.1.borrow_mut() += 1;
+            self.0.borrow().get(&addr).copied()
+        }
+    }
+
+    #[test]
+    fn loads_read_real_memory_once_per_qword() {
+        let mem = Table::with(&[(0x1000, 0x8877_6655_4433_2211)]);
+        let mut m = LiveMemory::new();
+        assert_eq!(m.load(&mem, 0x1000, 8), Ok(0x8877_6655_4433_2211));
+        mem.set(0x1000, 0);
+        // The second load sees the snapshot, not the new value.
+        assert_eq!(m.load(&mem, 0x1002, 2), Ok(0x4433));
+        assert_eq!(*mem.1.borrow(), 1);
+        assert_eq!(m.logged(), (1, 0));
+    }
+
+    #[test]
+    fn unaligned_loads_span_two_qwords() {
+        let mem = Table::with(&[(0x1000, 0x8877_6655_4433_2211), (0x1008, 0x00ff_eedd_ccbb_aa99)]);
+        let mut m = LiveMemory::new();
+        assert_eq!(m.load(&mem, 0x1006, 4), Ok(0xaa99_8877));
+        assert_eq!(m.load(&mem, 0x1007, 8), Ok(0x00ff_eedd_ccbb_aa99_88u128 as u64));
+    }
+
+    #[test]
+    fn stores_stay_private_and_forward_to_loads() {
+        let mem = Table::with(&[(0x1000, 0x8877_6655_4433_2211)]);
+        let mut m = LiveMemory::new();
+        m.store(0x1002, 2, 0xbeef).unwrap();
+        assert_eq!(m.load(&mem, 0x1000, 8), Ok(0x8877_6655_beef_2211));
+        // A load wholly inside the stored bytes reads no real memory.
+        let mut fresh = LiveMemory::new();
+        fresh.store(0x2000, 8, 7).unwrap();
+        assert_eq!(fresh.load(&mem, 0x2004, 4), Ok(0));
+        assert_eq!(fresh.logged(), (0, 1));
+        assert_eq!(mem.0.borrow()[&0x1000], 0x8877_6655_4433_2211);
+    }
+
+    #[test]
+    fn faults_and_full_logs_are_reported() {
+        let mem = Table::with(&[]);
+        let mut m = LiveMemory::new();
+        assert_eq!(m.load(&mem, 0x5000, 8), Err(AccessError::Fault(0x5000)));
+        for i in 0..OVERLAY_ENTRIES as u64 {
+            m.store(0x10_000 + 8 * i, 8, i).unwrap();
+        }
+        assert_eq!(m.store(0x9_000, 1, 1), Err(AccessError::LogFull));
+        // Stores to qwords already in the overlay still fit.
+        m.store(0x10_000, 4, 9).unwrap();
+    }
+
+    #[test]
+    fn validation_checks_consumed_and_stored_bytes() {
+        let mem = Table::with(&[(0x1000, 0x1111), (0x2000, 0xaaaa_bbbb)]);
+        let mut m = LiveMemory::new();
+        m.load(&mem, 0x1000, 2).unwrap();
+        m.load(&mem, 0x2000, 4).unwrap();
+        m.store(0x2000, 4, 0x5555).unwrap();
+        // The thread did store 0x5555, and nobody touched 0x1000.
+        mem.set(0x2000, 0x5555);
+        assert_eq!(m.validate(&mem), MemoryCheck::Match);
+        // A byte the emulation never consumed may change.
+        mem.set(0x1000, 0xff00_0000_0000_1111);
+        assert_eq!(m.validate(&mem), MemoryCheck::Match);
+        // A consumed byte may not.
+        mem.set(0x1000, 0x1112);
+        assert_eq!(m.validate(&mem), MemoryCheck::Differs { addr: 0x1000 });
+        mem.set(0x1000, 0x1111);
+        // Nor may a stored one.
+        mem.set(0x2000, 0x5556);
+        assert_eq!(m.validate(&mem), MemoryCheck::Differs { addr: 0x2000 });
+        // Reset forgets everything.
+        m.reset();
+        assert_eq!(m.validate(&mem), MemoryCheck::Match);
+    }
+}

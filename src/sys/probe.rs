@@ -1,0 +1,137 @@
+//! Fault-safe loads: reading an address the tracer cannot prove is mapped.
+//!
+//! The emulator reads the thread's real memory from inside the SIGTRAP
+//! handler, at addresses the emulated code computes. A wrong-path address
+//! (a pointer the thread will never dereference, a guard page) must not
+//! crash the application, so every such read goes through [`load_u64`]:
+//! one `mov` at a known address. If it faults, the library's SIGSEGV/SIGBUS
+//! handler ([`fixup`]) sees the fault at exactly that address, moves the pc
+//! to the routine's recovery point, and the routine returns "faulted". Any
+//! other fault is not ours and goes to the application's own action (the
+//! technique of async-profiler's SafeAccess and of the kernel's exception
+//! tables, written here from their description).
+//!
+//! Everything here is async-signal-safe: no allocation, no locks.
+
+use std::ffi::c_void;
+
+// rdi: the address (8-byte aligned), rsi: where the value goes.
+// Returns 1 with the value stored, or 0 (from the recovery point) when the
+// load faulted. The load instruction and the recovery point are exported
+// (hidden) so that the fault handler can recognise them.
+std::arch::global_asm!(
+    ".pushsection .text.breakdance_probe,\"ax\",@progbits",
+    ".p2align 4",
+    ".globl breakdance_probe_u64",
+    ".hidden breakdance_probe_u64",
+    ".type breakdance_probe_u64,@function",
+    "breakdance_probe_u64:",
+    ".globl breakdance_probe_u64_load",
+    ".hidden breakdance_probe_u64_load",
+    "breakdance_probe_u64_load:",
+    "mov rax, qword ptr [rdi]",
+    "mov qword ptr [rsi], rax",
+    "mov eax, 1",
+    "ret",
+    ".globl breakdance_probe_u64_recover",
+    ".hidden breakdance_probe_u64_recover",
+    "breakdance_probe_u64_recover:",
+    "xor eax, eax",
+    "ret",
+    ".size breakdance_probe_u64, . - breakdance_probe_u64",
+    ".popsection",
+);
+
+extern "C" {
+    fn breakdance_probe_u64(addr: u64, out: *mut u64) -> u32;
+    static breakdance_probe_u64_load: u8;
+    static breakdance_probe_u64_recover: u8;
+}
+
+// Only the labels' addresses are taken, never their contents.
+fn load_site() -> u64 {
+    std::ptr::addr_of!(breakdance_probe_u64_load) as u64
+}
+
+fn recover_site() -> u64 {
+    std::ptr::addr_of!(breakdance_probe_u64_recover) as u64
+}
+
+/// Reads the 8 bytes at `addr` (which must be 8-byte aligned, so the read
+/// never straddles two pages), or `None` when they are not readable.
+/// Async-signal-safe.
+///
+/// Only sound to call while [`fixup`] is the process's SIGSEGV and SIGBUS
+/// handler (the session installs it before any handler emulates); without
+/// it a fault kills the process, as any bad load would.
+#[inline]
+pub fn load_u64(addr: u64) -> Option<u64> {
+    debug_assert_eq!(addr & 7, 0);
+    let mut value = 0u64;
+    // SAFETY: the routine reads `addr` with one mov whose fault the fault
+    // handler turns into a return of 0; it writes only `value`.
+    let ok = unsafe { breakdance_probe_u64(addr & !7, &mut value) };
+    (ok != 0).then_some(value)
+}
+
+/// The part of a SIGSEGV/SIGBUS handler that recognises a fault of
+/// [`load_u64`]: when the fault is at its load instruction, moves the pc to
+/// the recovery point and returns true (the handler then returns, and the
+/// load reports the fault). False for every other fault. Async-signal-safe.
+///
+/// # Safety
+/// `ctx` must be the ucontext the kernel passed to the handler.
+pub unsafe fn fixup(ctx: *mut c_void) -> bool {
+    let uc = ctx.cast::<libc::ucontext_t>();
+    // SAFETY: forwarded contract: a valid, writable ucontext.
+    let gregs = unsafe { &mut (*uc).uc_mcontext.gregs };
+    if gregs[libc::REG_RIP as usize] as u64 != load_site() {
+        return false;
+    }
+    gregs[libc::REG_RIP as usize] = recover_site() as i64;
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readable_memory_is_read() {
+        let word: u64 = 0x1122_3344_5566_7788;
+        assert_eq!(load_u64(&word as *const u64 as u64), Some(word));
+    }
+
+    extern "C" fn on_segv(_sig: i32, _info: *mut libc::siginfo_t, ctx: *mut c_void) {
+        // SAFETY: the kernel's ucontext.
+        if !unsafe { fixup(ctx) } {
+            crate::sys::set_default_action(libc::SIGSEGV);
+        }
+    }
+
+    #[test]
+    fn unmapped_memory_reports_a_fault() {
+        // SAFETY: an anonymous mapping, unmapped again: the address is
+        // known to be unreadable afterwards.
+        let page = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            libc::munmap(p, 4096);
+            p as u64
+        };
+        let old = crate::sys::install_handler(libc::SIGSEGV, on_segv, &[], libc::SA_NODEFER)
+            .expect("install");
+        assert_eq!(load_u64(page + 8), None);
+        assert_eq!(load_u64(0), None);
+        let word = 5u64;
+        assert_eq!(load_u64(&word as *const u64 as u64), Some(5));
+        crate::sys::restore_action(libc::SIGSEGV, &old).unwrap();
+    }
+}
