@@ -139,7 +139,8 @@ pub fn write_session(
         .num("dataflow_verified", c.dataflow_verified)
         .num("dataflow_mismatches", c.dataflow_mismatches)
         .num("dataflow_mismatched_stops", c.dataflow_mismatched_stops)
-        .num("dataflow_rewinds", c.dataflow_rewinds);
+        .num("dataflow_rewinds", c.dataflow_rewinds)
+        .num("duplicate_traps", c.duplicate_traps);
     j.begin_object(Some("handler_ns"))
         .num("sampling", c.sampling_ns)
         .num("breakpoint", c.breakpoint_ns)

@@ -83,6 +83,7 @@ counters!(
     dataflow_mismatches,
     dataflow_mismatched_stops,
     dataflow_rewinds,
+    duplicate_traps,
 );
 
 impl Counters {

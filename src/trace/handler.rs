@@ -62,6 +62,29 @@ impl RegisterFile for Ucontext<'_> {
     }
 }
 
+/// The registers at a breakpoint stop, kept to recognise a second delivery
+/// of the same stop's SIGTRAP. On these KVM guests (kernel 6.18) the
+/// kernel sometimes delivers one breakpoint hit twice: the second SIGTRAP
+/// arrives about 1.5 µs after the first handler returns, at the same pc,
+/// before the thread has run an instruction, while the breakpoint is
+/// already armed elsewhere (measured on SQLite speedtest1: every
+/// `pc_mismatch` of the paper-mode runs was such a repeat, at the first
+/// conditional branch of glibc's AVX-512 memmove and memset).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct StopRegisters([u64; 18]);
+
+impl StopRegisters {
+    fn of(regs: &impl RegisterFile) -> StopRegisters {
+        let mut r = [0u64; 18];
+        for (i, v) in r.iter_mut().take(16).enumerate() {
+            *v = regs.gpr(i as Gpr);
+        }
+        r[16] = regs.rip();
+        r[17] = regs.rflags();
+        StopRegisters(r)
+    }
+}
+
 /// Transfers the data-flow model may resolve between two stops.
 pub const MAX_CHAIN: usize = 64;
 
@@ -209,6 +232,19 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
         return;
     };
     let regs = Ucontext(uc);
+    let now = StopRegisters::of(&regs);
+    if regs.rip() != form.at && t.last_stop == Some(now) {
+        // The kernel delivered the previous stop's SIGTRAP a second time:
+        // same pc, same registers, nothing ran in between. Not a stop.
+        Counters::bump(&c.duplicate_traps);
+        t.pending = Some(Pending {
+            form,
+            expected_sp,
+            predicted,
+        });
+        return;
+    }
+    t.last_stop = Some(now);
     if regs.rip() != form.at || !expected_sp.admits(regs.rsp()) {
         if predicted.is_some() {
             // Verify mode: the model predicted this transfer, and the stack

@@ -136,6 +136,9 @@ pub struct ThreadTrace {
     pub pending: Option<Pending>,
     pub cache: Option<Box<BlockCache>>,
     pub insn: Instruction,
+    /// The registers at the last breakpoint stop (see
+    /// `handler::StopRegisters`).
+    pub last_stop: Option<handler::StopRegisters>,
     /// Transfers the data-flow model resolved since the last stop, which
     /// the thread has yet to run (capacity `handler::MAX_CHAIN`, reserved
     /// at registration: pushing never allocates).
@@ -166,6 +169,7 @@ impl ThreadTrace {
             pending: None,
             cache: None,
             insn: Instruction::default(),
+            last_stop: None,
             chain: Vec::new(),
         }
     }
