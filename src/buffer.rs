@@ -55,10 +55,17 @@ pub enum AbortReason {
     SessionStop,
     /// The breakpoint could not be set (the ioctl failed).
     BreakpointFailed,
+    /// Emulate mode: the thread's state at a checkpoint was not the
+    /// predicted one (registers or a logged memory word).
+    SpeculationMismatch,
+    /// Emulate mode: the next sample came before the checkpoint was hit.
+    CheckpointUnreached,
+    /// Emulate mode: the next instruction faults (the program's own fault).
+    EmulationFault,
 }
 
 impl AbortReason {
-    pub const ALL: [AbortReason; 10] = [
+    pub const ALL: [AbortReason; 13] = [
         AbortReason::Rseq,
         AbortReason::SpMismatch,
         AbortReason::PcMismatch,
@@ -69,6 +76,9 @@ impl AbortReason {
         AbortReason::ThreadExit,
         AbortReason::SessionStop,
         AbortReason::BreakpointFailed,
+        AbortReason::SpeculationMismatch,
+        AbortReason::CheckpointUnreached,
+        AbortReason::EmulationFault,
     ];
 
     /// The name used in summary.json.
@@ -84,6 +94,9 @@ impl AbortReason {
             AbortReason::ThreadExit => "thread_exit",
             AbortReason::SessionStop => "session_stop",
             AbortReason::BreakpointFailed => "breakpoint_failed",
+            AbortReason::SpeculationMismatch => "speculation_mismatch",
+            AbortReason::CheckpointUnreached => "checkpoint_unreached",
+            AbortReason::EmulationFault => "emulation_fault",
         }
     }
 }

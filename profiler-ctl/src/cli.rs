@@ -26,7 +26,7 @@ pub const EVENTS: [&str; 5] = [
     "cycles",
 ];
 /// Modes of the library's data-flow look-ahead (`BREAKDANCE_DATAFLOW`).
-pub const DATAFLOW_MODES: [&str; 3] = ["on", "off", "verify"];
+pub const DATAFLOW_MODES: [&str; 4] = ["on", "off", "verify", "emulate"];
 /// How long start/stop/status wait for the answer by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -140,6 +140,7 @@ impl Options {
                     "on" => DataflowMode::On,
                     "off" => DataflowMode::Off,
                     "verify" => DataflowMode::Verify,
+                    "emulate" => DataflowMode::Emulate,
                     _ => return Err(ConfigError::Dataflow(value.to_string())),
                 })
             }

@@ -313,6 +313,15 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         chain::Kind::Trap,
     )
     .map_err(StartError::Handler)?;
+    if resolved.dataflow == trace::DataflowMode::Emulate {
+        // The emulator's fault-safe loads need our fault handler in front
+        // of the application's; built before any thread is traced.
+        crate::emulate::warm();
+        for sig in [libc::SIGSEGV, libc::SIGBUS] {
+            chain::install(sig, chain::on_fault, &[], chain::Kind::Fault)
+                .map_err(StartError::Handler)?;
+        }
+    }
 
     // The worker exists before any thread is traced or `running` is set,
     // so the pthread_create interposer never mistakes it for the
@@ -453,6 +462,11 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
     // event was closed can be delivered after stop returns, and under the
     // application's default action it would kill the process. The handler
     // drops such late traps and passes every other SIGTRAP on.
+    // No handler emulates any more: the application's fault actions go
+    // back to the kernel.
+    for sig in [libc::SIGSEGV, libc::SIGBUS] {
+        let _ = chain::uninstall(sig);
+    }
     running.stop_worker.store(true, Ordering::Release);
     let (agg, seen) = running.worker.join().unwrap_or_default();
 
@@ -503,6 +517,7 @@ fn dataflow_name(mode: trace::DataflowMode) -> &'static str {
         trace::DataflowMode::Off => "off",
         trace::DataflowMode::On => "on",
         trace::DataflowMode::Verify => "verify",
+        trace::DataflowMode::Emulate => "emulate",
     }
 }
 

@@ -1,8 +1,494 @@
-//! Emulate ahead: the speculative look-ahead. From the exact CPU state of a
-//! sample (or of a checkpoint), the x86 semantics core runs the thread's
-//! code forward on the thread's real memory (fault-safe loads, a private
-//! store overlay), recording the taken branches; one breakpoint at the pc
-//! where emulation stopped then proves the thread did what was predicted.
+//! Emulate ahead: the speculative look-ahead (`lookahead=emulate`).
+//!
+//! From the exact CPU state of a sample (or of a validated checkpoint) the
+//! x86 semantics core ([`x86_sem`]) runs the thread's code forward on the
+//! thread's real memory — fault-safe loads, stores kept in a private
+//! overlay ([`memory`]) — recording the taken branches, until the trace has
+//! N of them or the emulation must stop. That stretch is a *segment*. The
+//! trace layer then arms the thread's one breakpoint at the pc where the
+//! segment ended; when the thread gets there (the right number of times,
+//! see [`visits`]) the registers and every logged memory word are compared
+//! with the prediction, and only a segment that matches is kept.
+//!
+//! Everything here runs in the SIGTRAP handler: no allocation (the
+//! per-thread [`Emulator`] is built at registration, the dispatch table
+//! once per process before any signal is armed), no locks, no formatting.
 
+pub mod context;
 pub mod memory;
 pub mod visits;
+
+use std::sync::OnceLock;
+
+use x86_sem::iced_x86::FlowControl;
+use x86_sem::{BranchKind, CpuState, DecodeCache, Insn, Machine, MemError, Stop, Table};
+
+use crate::buffer::{AbortReason, BranchEntry};
+use crate::trace::exec_map::ExecMap;
+use memory::{AccessError, LiveMemory, MemoryCheck, Probe};
+use visits::Visits;
+
+/// Instructions one segment may emulate (bounded by the visit table).
+pub const MAX_SEGMENT_INSTRUCTIONS: u32 = 2048;
+/// Steps emulated past the Nth taken branch while looking for an address
+/// the segment has not visited (a checkpoint there needs one hit): in a
+/// loop, the loop's exit. A step costs about as much as 1/1000 of a
+/// breakpoint stop, so a few hundred are worth one stop saved.
+pub const EXTENSION_STEPS: u32 = 512;
+/// Iterations of a rep-prefixed string instruction per emulated step.
+pub const REP_LIMIT: u64 = 256;
+/// Entries of each thread's decoded-instruction cache (80 bytes each).
+pub const DECODE_CACHE_ENTRIES: usize = 1024;
+
+/// Syscalls after which the thread may not come back to the next
+/// instruction with the same stack: exit, exit_group, rt_sigreturn,
+/// execve(at), and the clones (their child runs without our events).
+const DIVERGING_SYSCALLS: [u64; 9] = [
+    libc::SYS_rt_sigreturn as u64,
+    libc::SYS_exit as u64,
+    libc::SYS_exit_group as u64,
+    libc::SYS_execve as u64,
+    libc::SYS_execveat as u64,
+    libc::SYS_clone as u64,
+    libc::SYS_clone3 as u64,
+    libc::SYS_fork as u64,
+    libc::SYS_vfork as u64,
+];
+
+/// The thread's real memory, read through the fault-safe load.
+struct RealMemory;
+
+impl Probe for RealMemory {
+    #[inline]
+    fn read_qword(&self, addr: u64) -> Option<u64> {
+        crate::sys::probe::load_u64(addr)
+    }
+}
+
+/// Memory as the emulated code sees it: see [`memory`].
+pub struct SpecMemory {
+    live: Box<LiveMemory>,
+    exec: &'static ExecMap,
+}
+
+impl x86_sem::Memory for SpecMemory {
+    #[inline]
+    fn load(&mut self, addr: u64, size: usize) -> Result<u64, MemError> {
+        self.live
+            .load(&RealMemory, addr, size)
+            .map_err(|e| match e {
+                AccessError::Fault(_) => MemError::Fault { addr, write: false },
+                AccessError::LogFull => MemError::Refused { addr },
+            })
+    }
+
+    #[inline]
+    fn store(&mut self, addr: u64, size: usize, value: u64) -> Result<(), MemError> {
+        self.live
+            .store(addr, size, value)
+            .map_err(|_| MemError::Refused { addr })
+    }
+
+    fn fetch(&mut self, addr: u64, buf: &mut [u8; 15]) -> usize {
+        let Some((_, end)) = self.exec.range_of(addr) else {
+            return 0;
+        };
+        let n = ((end - addr) as usize).min(buf.len());
+        // Code is read through the fault-safe load too: a module unmapped
+        // since the table was refreshed reads as not executable.
+        let mut i = 0;
+        while i < n {
+            let a = addr + i as u64;
+            let Some(q) = RealMemory.read_qword(a & !7) else {
+                return i;
+            };
+            let bytes = q.to_le_bytes();
+            let from = (a & 7) as usize;
+            let take = (8 - from).min(n - i);
+            buf[i..i + take].copy_from_slice(&bytes[from..from + take]);
+            i += take;
+        }
+        n
+    }
+}
+
+/// The machine the core runs in the handler.
+pub struct SpecCpu {
+    pub regs: CpuState,
+    pub mem: SpecMemory,
+}
+
+impl Machine for SpecCpu {
+    type Regs = CpuState;
+    type Mem = SpecMemory;
+    #[inline(always)]
+    fn regs(&self) -> &CpuState {
+        &self.regs
+    }
+    #[inline(always)]
+    fn regs_mut(&mut self) -> &mut CpuState {
+        &mut self.regs
+    }
+    #[inline(always)]
+    fn mem(&mut self) -> &mut SpecMemory {
+        &mut self.mem
+    }
+    #[inline(always)]
+    fn rep_limit(&self) -> u64 {
+        REP_LIMIT
+    }
+}
+
+static TABLE: OnceLock<Box<Table<SpecCpu>>> = OnceLock::new();
+
+/// The dispatch table, built on first use.
+fn table() -> &'static Table<SpecCpu> {
+    TABLE.get_or_init(|| Box::new(Table::new()))
+}
+
+/// Builds everything lazy the handlers will touch (the dispatch table, the
+/// XSAVE layout), before any signal is armed.
+pub fn warm() {
+    table();
+    context::warm();
+}
+
+/// Where the taken branches of a segment go (the open trace).
+pub trait EntrySink {
+    /// Appends one; false when it cannot (the caller then stops).
+    fn push(&mut self, entry: BranchEntry) -> bool;
+    /// Entries so far.
+    fn len(&self) -> usize;
+    /// Drops the entries after the first `len`.
+    fn truncate(&mut self, len: usize);
+}
+
+/// Why a segment ended, and what follows a checkpoint that matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentEnd {
+    /// The trace has its N taken branches.
+    Complete,
+    /// The emulation stopped at an instruction it could not take further
+    /// (instruction budget, full log, a syscall, an instruction the core
+    /// leaves to the CPU, a flag it does not know): a new segment starts
+    /// from the checkpoint's exact state.
+    Continue,
+    /// The trace ends once the segment is validated.
+    End(AbortReason),
+}
+
+/// A segment's prediction: where the thread will be, after how many hits
+/// of that address, in what state.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    /// Address of the checkpoint.
+    pub at: u64,
+    /// Breakpoint hits at `at` until the one the prediction is for (>= 1).
+    pub hits: u32,
+    /// Taken branches the segment pushed to the sink.
+    pub entries: usize,
+    /// Steps emulated (a rep string instruction takes one per
+    /// `REP_LIMIT` iterations).
+    pub steps: u32,
+    pub end: SegmentEnd,
+}
+
+/// What one call to [`Emulator::run`] produced.
+#[derive(Clone, Copy, Debug)]
+pub enum Outcome {
+    /// A segment to validate at a checkpoint (the predicted state is in
+    /// [`Emulator::predicted`]).
+    Segment(Segment),
+    /// The very first instruction cannot be emulated, but the thread can
+    /// run it: wait for it at `next` (one breakpoint), then go on.
+    StepOver { next: u64 },
+    /// The very first instruction ends the trace.
+    End(AbortReason),
+}
+
+/// One pass of the emulation loop.
+struct Pass {
+    end: SegmentEnd,
+    entries: usize,
+    steps: u32,
+    /// The pass must be redone to stop after this many steps: the first
+    /// one stopped inside an rseq critical section, or in the middle of a
+    /// rep string instruction, where no checkpoint can go.
+    redo: Option<(u32, SegmentEnd)>,
+    /// The first step stopped.
+    first: Option<Stop>,
+    /// The last address the pass reached for the first time, as (steps
+    /// before it, entries before it): the latest point a checkpoint with
+    /// one hit can prove.
+    fresh: (u32, usize),
+}
+
+/// One traced thread's emulator: its machine, its decoded-instruction
+/// cache and the segment's visit counts. Built at registration.
+pub struct Emulator {
+    cpu: SpecCpu,
+    start: CpuState,
+    visits: Box<Visits>,
+    cache: DecodeCache<Box<[Insn]>>,
+    cache_generation: u32,
+    /// The state predicted at the checkpoint of the last segment.
+    pub predicted: CpuState,
+}
+
+impl Emulator {
+    pub fn new(exec: &'static ExecMap) -> Box<Emulator> {
+        let storage = vec![Insn::empty(); DECODE_CACHE_ENTRIES].into_boxed_slice();
+        Box::new(Emulator {
+            cpu: SpecCpu {
+                regs: CpuState::new(),
+                mem: SpecMemory {
+                    live: LiveMemory::new(),
+                    exec,
+                },
+            },
+            start: CpuState::new(),
+            visits: Visits::new(),
+            cache: DecodeCache::new(storage).expect("a power-of-two cache"),
+            cache_generation: 0,
+            predicted: CpuState::new(),
+        })
+    }
+
+    /// The state the next [`Emulator::run`] starts from (fill it from the
+    /// signal frame).
+    pub fn state_mut(&mut self) -> &mut CpuState {
+        &mut self.cpu.regs
+    }
+
+    /// Checks the thread's state at the checkpoint, read into
+    /// [`Emulator::state_mut`], against the prediction: registers first,
+    /// then every logged memory word.
+    pub fn validate_current(&self) -> Validation {
+        if self.predicted.first_difference(&self.cpu.regs).is_some() {
+            return Validation::Registers;
+        }
+        match self.cpu.mem.live.validate(&RealMemory) {
+            MemoryCheck::Match => Validation::Match,
+            MemoryCheck::Differs { .. } => Validation::Memory,
+        }
+    }
+
+    /// Emulates one segment from the state in [`Emulator::state_mut`],
+    /// pushing its taken branches to `sink` (at most `wanted`, at least 1).
+    /// `resumed` is the RF bit of the signal frame: the first instruction
+    /// will run once without trapping.
+    pub fn run(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
+        let exec = self.cpu.mem.exec;
+        let generation = exec.generation();
+        if generation != self.cache_generation {
+            self.cache.flush();
+            self.cache_generation = generation;
+        }
+        self.cpu.regs.undefined = 0;
+        self.cpu.regs.rflags &= !context::RF;
+        self.start = self.cpu.regs;
+        let before = sink.len();
+        let mut pass = self.pass(sink, wanted, MAX_SEGMENT_INSTRUCTIONS, SegmentEnd::Continue);
+        if pass.redo.is_none() && pass.first.is_none() {
+            // A checkpoint where the path ended may need several hits (a
+            // loop); the last first-visited point needs one but proves
+            // fewer entries. Take the cheaper in stops per entry.
+            let at = self.cpu.regs.rip;
+            let hits = self.hits_at(at, resumed);
+            let (f_steps, f_entries) = pass.fresh;
+            if hits > 1 && f_entries > 0 && hits * (f_entries as u32) > pass.entries as u32 {
+                pass.redo = Some((f_steps, SegmentEnd::Continue));
+            }
+        }
+        if let Some((steps, end)) = pass.redo {
+            self.cpu.regs = self.start;
+            sink.truncate(before);
+            pass = self.pass(sink, wanted, steps, end);
+        }
+        if let Some(stop) = pass.first {
+            return self.first_instruction(stop);
+        }
+        if pass.steps == 0 {
+            // Redone to zero steps: the start itself is where the pass
+            // cannot go on.
+            return match pass.end {
+                SegmentEnd::End(reason) => Outcome::End(reason),
+                _ => self.first_instruction(Stop::Refused { addr: 0 }),
+            };
+        }
+        let at = self.cpu.regs.rip;
+        let hits = self.hits_at(at, resumed);
+        self.predicted = self.cpu.regs;
+        Outcome::Segment(Segment {
+            at,
+            hits,
+            entries: pass.entries,
+            steps: pass.steps,
+            end: pass.end,
+        })
+    }
+
+    /// Breakpoint hits at `at` until the thread is where the pass ended: one
+    /// per visit of the pass, and the last; the first instruction does not
+    /// trap when the thread resumes with RF set.
+    fn hits_at(&self, at: u64, resumed: bool) -> u32 {
+        let mut hits = self.visits.count(at) + 1;
+        if resumed && at == self.start.rip {
+            hits -= 1;
+        }
+        hits.max(1)
+    }
+
+    /// Emulates at most `limit` steps from the current state; `at_limit`
+    /// is the end reported when the limit stops it.
+    fn pass(
+        &mut self,
+        sink: &mut impl EntrySink,
+        wanted: usize,
+        limit: u32,
+        at_limit: SegmentEnd,
+    ) -> Pass {
+        self.cpu.mem.live.reset();
+        self.visits.reset();
+        let exec = self.cpu.mem.exec;
+        let has_rseq = exec.has_rseq();
+        let table = table();
+        let mut entries = 0usize;
+        let mut steps = 0u32;
+        let mut extension = 0u32;
+        let mut fresh = (0u32, 0usize);
+        // Step count at which the rep string instruction now running began.
+        let mut rep_start: Option<u32> = None;
+        let done = |end, entries, steps, fresh| Pass {
+            end,
+            entries,
+            steps,
+            redo: None,
+            first: None,
+            fresh,
+        };
+        loop {
+            let pc = self.cpu.regs.rip;
+            if steps == limit {
+                return match rep_start {
+                    Some(s) => Pass {
+                        redo: Some((s, at_limit)),
+                        ..done(at_limit, entries, steps, fresh)
+                    },
+                    None => done(at_limit, entries, steps, fresh),
+                };
+            }
+            if has_rseq && rep_start.is_none() && exec.in_rseq(pc) {
+                // A breakpoint inside the critical section would make the
+                // kernel abort it: the checkpoint goes before it.
+                let end = SegmentEnd::End(AbortReason::Rseq);
+                return Pass {
+                    redo: Some((steps.saturating_sub(1), end)),
+                    ..done(end, entries, steps, fresh)
+                };
+            }
+            if entries == wanted && rep_start.is_none() {
+                // Past the Nth branch: stop at the first fresh address.
+                if self.visits.count(pc) == 0 || extension == EXTENSION_STEPS {
+                    return done(SegmentEnd::Complete, entries, steps, fresh);
+                }
+                extension += 1;
+            }
+            match x86_sem::step(&mut self.cpu, table, &mut self.cache) {
+                Ok(r) => {
+                    if rep_start.is_none() {
+                        // A rep string instruction traps once, however
+                        // many steps it takes.
+                        if self.visits.visit(pc) == Some(0) {
+                            fresh = (steps, entries);
+                        }
+                    }
+                    steps += 1;
+                    if r.next_rip == r.ip && r.kind == BranchKind::None {
+                        rep_start.get_or_insert(steps - 1);
+                        continue;
+                    }
+                    rep_start = None;
+                    if r.taken && r.kind != BranchKind::None && entries < wanted {
+                        if exec.range_of(r.next_rip).is_none() {
+                            // A branch into code no module names ends the
+                            // trace unrecorded; the checkpoint at its
+                            // target still proves the entries before it.
+                            return done(
+                                SegmentEnd::End(AbortReason::OutsideMappings),
+                                entries,
+                                steps,
+                                fresh,
+                            );
+                        }
+                        if !sink.push(BranchEntry {
+                            from: r.ip,
+                            to: r.next_rip,
+                        }) {
+                            return done(SegmentEnd::Complete, entries, steps, fresh);
+                        }
+                        entries += 1;
+                    }
+                }
+                Err(stop) => {
+                    if let Some(s) = rep_start {
+                        return Pass {
+                            redo: Some((s, SegmentEnd::Continue)),
+                            ..done(SegmentEnd::Continue, entries, steps, fresh)
+                        };
+                    }
+                    if steps == 0 {
+                        return Pass {
+                            first: Some(stop),
+                            ..done(SegmentEnd::Continue, 0, 0, fresh)
+                        };
+                    }
+                    return done(SegmentEnd::Continue, entries, steps, fresh);
+                }
+            }
+        }
+    }
+
+    /// What to do when the first instruction of a segment stops the
+    /// emulation (the state is exact here: nothing was predicted).
+    fn first_instruction(&mut self, stop: Stop) -> Outcome {
+        let pc = self.start.rip;
+        match stop {
+            Stop::Syscall => {
+                if DIVERGING_SYSCALLS.contains(&self.start.gpr[0]) {
+                    Outcome::End(AbortReason::Syscall)
+                } else {
+                    Outcome::StepOver { next: pc + 2 }
+                }
+            }
+            Stop::Opaque | Stop::Unsupported { .. } | Stop::Refused { .. } | Stop::UnknownFlags => {
+                // The CPU runs it; if it does not transfer control, the
+                // next instruction is where the state is exact again.
+                match self.cache.lookup(pc, &mut self.cpu.mem) {
+                    Ok(insn) if insn.instruction().flow_control() == FlowControl::Next => {
+                        Outcome::StepOver {
+                            next: pc + insn.len() as u64,
+                        }
+                    }
+                    _ => Outcome::End(AbortReason::UnsupportedInstruction),
+                }
+            }
+            Stop::BadFetch => Outcome::End(AbortReason::OutsideMappings),
+            Stop::Fault { .. } => Outcome::End(AbortReason::EmulationFault),
+            Stop::Trap | Stop::DivideError => Outcome::End(AbortReason::UnsupportedInstruction),
+        }
+    }
+
+    /// Real qwords read and qwords stored by the last segment.
+    pub fn logged(&self) -> (usize, usize) {
+        self.cpu.mem.live.logged()
+    }
+}
+
+/// The checkpoint's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Validation {
+    Match,
+    Registers,
+    Memory,
+}

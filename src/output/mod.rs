@@ -141,10 +141,22 @@ pub fn write_session(
         .num("dataflow_mismatched_stops", c.dataflow_mismatched_stops)
         .num("dataflow_rewinds", c.dataflow_rewinds)
         .num("duplicate_traps", c.duplicate_traps);
+    j.begin_object(Some("emulation"))
+        .num("segments", c.segments)
+        .num("emulated_steps", c.emulated_steps)
+        .num("checkpoints", c.checkpoints)
+        .num("checkpoint_extra_hits", c.checkpoint_extra_hits)
+        .num("checkpoint_unreached", c.checkpoint_unreached)
+        .num("mismatch_registers", c.speculation_mismatch_registers)
+        .num("mismatch_memory", c.speculation_mismatch_memory)
+        .num("step_overs", c.step_overs)
+        .num("entries_validated", c.speculated_taken)
+        .end_object();
     j.begin_object(Some("handler_ns"))
         .num("sampling", c.sampling_ns)
         .num("breakpoint", c.breakpoint_ns)
         .num("decode", c.decode_ns)
+        .num("emulation", c.emulation_ns)
         .end_object();
     j.begin_object(Some("aborts"));
     for r in AbortReason::ALL {

@@ -84,6 +84,16 @@ counters!(
     dataflow_mismatched_stops,
     dataflow_rewinds,
     duplicate_traps,
+    segments,
+    emulated_steps,
+    emulation_ns,
+    checkpoints,
+    checkpoint_extra_hits,
+    checkpoint_unreached,
+    speculation_mismatch_registers,
+    speculation_mismatch_memory,
+    step_overs,
+    speculated_taken,
 );
 
 impl Counters {

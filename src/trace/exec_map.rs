@@ -140,6 +140,12 @@ impl ExecMap {
         })
     }
 
+    /// Whether the table holds any rseq critical section (most processes
+    /// have none). Async-signal-safe.
+    pub fn has_rseq(&self) -> bool {
+        self.rseq.len.load(Ordering::Relaxed) != 0
+    }
+
     /// Whether [addr, addr + len) lies in one immutable mapping.
     /// Async-signal-safe.
     pub fn is_immutable(&self, addr: u64, len: u64) -> bool {

@@ -22,12 +22,12 @@ use crate::sys;
 use super::counters::Counters;
 use super::exec_map::{ExecMap, LiveCode};
 use super::{
-    chain, ChainStep, DataflowMode, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer,
-    BREAKPOINT_TAG, SAMPLE_TAG,
+    chain, speculative, ChainStep, DataflowMode, Pending, StackPointer, ThreadSlot, ThreadTrace,
+    Tracer, BREAKPOINT_TAG, SAMPLE_TAG,
 };
 
 /// The interrupted thread's registers, as the kernel saved them.
-struct Ucontext<'a>(&'a libc::ucontext_t);
+pub(super) struct Ucontext<'a>(pub(super) &'a libc::ucontext_t);
 
 /// gregs index of each register in x86 encoding order (rax, rcx, rdx, rbx,
 /// rsp, rbp, rsi, rdi, r8 … r15).
@@ -74,7 +74,7 @@ impl RegisterFile for Ucontext<'_> {
 pub struct StopRegisters([u64; 18]);
 
 impl StopRegisters {
-    fn of(regs: &impl RegisterFile) -> StopRegisters {
+    pub(super) fn of(regs: &impl RegisterFile) -> StopRegisters {
         let mut r = [0u64; 18];
         for (i, v) in r.iter_mut().take(16).enumerate() {
             *v = regs.gpr(i as Gpr);
@@ -173,10 +173,12 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                 // SAFETY: enter() made this handler the slot's holder; the
                 // ucontext is the kernel's for this delivery.
                 let (t, uc) = unsafe { (slot.inner(), &*(ctx as *const libc::ucontext_t)) };
-                if tag == SAMPLE_TAG {
-                    on_sample(tracer, slot, t, uc);
-                } else {
-                    on_breakpoint(tracer, slot, t, uc);
+                let emulate = tracer.dataflow_mode() == DataflowMode::Emulate;
+                match (tag == SAMPLE_TAG, emulate) {
+                    (true, false) => on_sample(tracer, slot, t, uc),
+                    (false, false) => on_breakpoint(tracer, slot, t, uc),
+                    (true, true) => speculative::on_sample(tracer, slot, t, uc),
+                    (false, true) => speculative::on_breakpoint(tracer, slot, t, uc),
                 }
                 slot.leave();
             }
@@ -540,7 +542,7 @@ fn rewind_chain(slot: &ThreadSlot, t: &mut ThreadTrace, i: usize) {
 }
 
 /// Moves the thread's breakpoint to `addr` and enables it (one ioctl).
-fn arm_breakpoint(t: &mut ThreadTrace, addr: u64) -> bool {
+pub(super) fn arm_breakpoint(t: &mut ThreadTrace, addr: u64) -> bool {
     let Some(fd) = t.bp_fd.as_ref().map(|f| f.as_raw_fd()) else {
         return false;
     };
@@ -551,7 +553,7 @@ fn arm_breakpoint(t: &mut ThreadTrace, addr: u64) -> bool {
     ok
 }
 
-fn disarm_breakpoint(t: &mut ThreadTrace) {
+pub(super) fn disarm_breakpoint(t: &mut ThreadTrace) {
     if t.bp_armed {
         if let Some(fd) = t.bp_fd.as_ref() {
             let _ = sys::perf_disable(fd.as_raw_fd());
@@ -560,7 +562,7 @@ fn disarm_breakpoint(t: &mut ThreadTrace) {
     }
 }
 
-fn rearm_sampling(t: &mut ThreadTrace) {
+pub(super) fn rearm_sampling(t: &mut ThreadTrace) {
     if let Some(fd) = t.sample_fd.as_ref() {
         let _ = sys::perf_refresh(fd.as_raw_fd(), 1);
     }
@@ -570,8 +572,15 @@ fn rearm_sampling(t: &mut ThreadTrace) {
 /// (swapping it for an empty one if not: the paper's free-space check at
 /// re-arm time) and re-arms one-shot sampling.
 fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: TraceEnd) {
+    close_open_trace(t, &slot.counters, end);
+    make_room(tracer, slot, t);
+    rearm_sampling(t);
+}
+
+/// Makes sure the buffer has room for a whole trace, swapping it for an
+/// empty one if not (the paper's free-space check).
+pub(super) fn make_room(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
     let c = &slot.counters;
-    close_open_trace(t, c, end);
     let lbr = tracer.lbr.load(std::sync::atomic::Ordering::Relaxed);
     let needs_swap = t.buffer.as_ref().is_some_and(|b| !b.has_room(lbr));
     if needs_swap {
@@ -582,7 +591,6 @@ fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: Trace
         }
         t.buffer = tracer.pool.free.pop();
     }
-    rearm_sampling(t);
 }
 
 /// Closes the open trace (if any) with `end` and disarms the breakpoint.
@@ -590,6 +598,9 @@ fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: Trace
 /// when it calls this).
 pub(super) fn close_open_trace(t: &mut ThreadTrace, c: &Counters, end: TraceEnd) {
     t.pending = None;
+    if speculative::discard_segment(t) {
+        Counters::bump(&c.checkpoint_unreached);
+    }
     disarm_breakpoint(t);
     if let Some(b) = t.buffer.as_mut() {
         if b.is_open() {

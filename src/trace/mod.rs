@@ -17,6 +17,7 @@ pub mod chain;
 pub mod counters;
 pub mod exec_map;
 pub mod handler;
+pub mod speculative;
 pub mod threads;
 
 use std::cell::UnsafeCell;
@@ -121,6 +122,9 @@ pub enum DataflowMode {
     /// to check the prediction (`dataflow_verified`, `dataflow_mismatches`
     /// in summary.json); for testing.
     Verify = 2,
+    /// Emulate each trace ahead from its sample and validate it at one
+    /// checkpoint per segment (`crate::emulate`).
+    Emulate = 3,
 }
 
 /// What a traced thread's handlers work on. Owned by whoever holds the
@@ -143,6 +147,10 @@ pub struct ThreadTrace {
     /// the thread has yet to run (capacity `handler::MAX_CHAIN`, reserved
     /// at registration: pushing never allocates).
     pub chain: Vec<ChainStep>,
+    /// Emulate mode: the thread's emulator (built at registration in that
+    /// mode) and what its breakpoint waits for.
+    pub emu: Option<Box<crate::emulate::Emulator>>,
+    pub awaiting: Option<speculative::Awaiting>,
 }
 
 /// One transfer the data-flow model resolved.
@@ -171,6 +179,8 @@ impl ThreadTrace {
             insn: Instruction::default(),
             last_stop: None,
             chain: Vec::new(),
+            emu: None,
+            awaiting: None,
         }
     }
 }
@@ -285,6 +295,7 @@ impl Tracer {
         match self.dataflow.load(Ordering::Relaxed) {
             0 => DataflowMode::Off,
             2 => DataflowMode::Verify,
+            3 => DataflowMode::Emulate,
             _ => DataflowMode::On,
         }
     }
@@ -354,6 +365,7 @@ pub fn forget_parent_threads(tracer: &Tracer) {
         t.sample_fd = None;
         t.bp_fd = None;
         t.pending = None;
+        t.awaiting = None;
         t.bp_armed = false;
         if let Some(mut b) = t.buffer.take() {
             b.clear();

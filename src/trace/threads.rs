@@ -81,7 +81,11 @@ pub fn sampling_attr(event: &SamplingEvent) -> sys::PerfEventAttr {
 
 /// Starts tracing thread `tid` (0 is not allowed: pass the real tid).
 /// Idempotent: a thread that already has a slot is left as it is.
-pub fn register(tracer: &Tracer, tid: i32, event: &SamplingEvent) -> Result<(), RegisterError> {
+pub fn register(
+    tracer: &'static Tracer,
+    tid: i32,
+    event: &SamplingEvent,
+) -> Result<(), RegisterError> {
     if tracer.slot_of(tid).is_some() {
         return Ok(());
     }
@@ -115,6 +119,10 @@ pub fn register(tracer: &Tracer, tid: i32, event: &SamplingEvent) -> Result<(), 
         t.cache = Some(Box::new(BlockCache::new()));
     }
     t.chain.reserve_exact(super::handler::MAX_CHAIN);
+    t.awaiting = None;
+    if tracer.dataflow_mode() == super::DataflowMode::Emulate && t.emu.is_none() {
+        t.emu = Some(crate::emulate::Emulator::new(&tracer.exec));
+    }
     tracer.pool.grow_for_thread();
     if t.buffer.is_none() {
         t.buffer = tracer.pool.free.pop();
