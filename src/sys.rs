@@ -11,6 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use perf_event_open_sys::bindings as pb;
 
 pub mod probe;
+pub mod raw;
 
 pub use pb::perf_event_attr as PerfEventAttr;
 
@@ -67,6 +68,15 @@ pub fn set_errno(value: i32) {
     unsafe { *libc::__errno_location() = value }
 }
 
+/// Turns a raw syscall's -errno into a `Result`.
+fn check_raw(ret: i64) -> Result<i64, Errno> {
+    if (-4095..0).contains(&ret) {
+        Err(Errno(-ret as i32))
+    } else {
+        Ok(ret)
+    }
+}
+
 /// Turns the -1-and-errno convention into a `Result`.
 fn check(ret: libc::c_long) -> Result<libc::c_long, Errno> {
     if ret < 0 {
@@ -76,11 +86,11 @@ fn check(ret: libc::c_long) -> Result<libc::c_long, Errno> {
     }
 }
 
-/// The caller's kernel thread id. Async-signal-safe (a raw syscall: glibc's
-/// gettid is not in every libc we may be loaded with).
+/// The caller's kernel thread id. Async-signal-safe (a raw syscall: see
+/// `raw`).
 pub fn gettid() -> i32 {
     // SAFETY: gettid takes no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+    unsafe { raw::syscall4(libc::SYS_gettid, 0, 0, 0, 0) as i32 }
 }
 
 pub fn getpid() -> i32 {
@@ -98,7 +108,10 @@ pub fn thread_alive(tid: i32) -> bool {
 /// Sends `sig` to thread `tid` of this process. Async-signal-safe.
 pub fn tgkill(tid: i32, sig: i32) -> Result<(), Errno> {
     // SAFETY: tgkill with our own pid only targets threads of this process.
-    check(unsafe { libc::syscall(libc::SYS_tgkill, getpid(), tid, sig) }).map(drop)
+    let pid = unsafe { raw::syscall4(libc::SYS_getpid, 0, 0, 0, 0) };
+    // SAFETY: as above.
+    check_raw(unsafe { raw::syscall4(libc::SYS_tgkill, pid as u64, tid as u64, sig as u64, 0) })
+        .map(drop)
 }
 
 /// Monotonic time in nanoseconds. Async-signal-safe (clock_gettime is on the
@@ -127,10 +140,10 @@ pub fn warm_segment_bases() {
     FSGSBASE.store(v, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn arch_prctl_get(code: i32) -> u64 {
+fn arch_prctl_get(code: u64) -> u64 {
     let mut v = 0u64;
     // SAFETY: ARCH_GET_FS/GS write one u64 to the pointer given.
-    unsafe { libc::syscall(libc::SYS_arch_prctl, code, &mut v as *mut u64) };
+    unsafe { raw::syscall4(libc::SYS_arch_prctl, code, &mut v as *mut u64 as u64, 0, 0) };
     v
 }
 
@@ -198,20 +211,24 @@ pub fn perf_event_open(attr: &mut PerfEventAttr, tid: i32) -> Result<OwnedFd, Er
 /// `PERF_EVENT_IOC_REFRESH`: enable `fd` for `overflows` more overflows, then
 /// let the kernel disable it again. Async-signal-safe.
 pub fn perf_refresh(fd: RawFd, overflows: i32) -> Result<(), Errno> {
-    // SAFETY: a plain ioctl on a perf fd; a wrong fd only yields EBADF/ENOTTY.
-    check(unsafe { perf_event_open_sys::ioctls::REFRESH(fd, overflows) } as libc::c_long).map(drop)
+    ioctl(fd, pb::REFRESH as u64, overflows as u64)
 }
 
 /// `PERF_EVENT_IOC_DISABLE`. Async-signal-safe.
 pub fn perf_disable(fd: RawFd) -> Result<(), Errno> {
-    // SAFETY: as in `perf_refresh`.
-    check(unsafe { perf_event_open_sys::ioctls::DISABLE(fd, 0) } as libc::c_long).map(drop)
+    ioctl(fd, pb::DISABLE as u64, 0)
 }
 
 /// `PERF_EVENT_IOC_ENABLE`. Async-signal-safe.
 pub fn perf_enable(fd: RawFd) -> Result<(), Errno> {
-    // SAFETY: as in `perf_refresh`.
-    check(unsafe { perf_event_open_sys::ioctls::ENABLE(fd, 0) } as libc::c_long).map(drop)
+    ioctl(fd, pb::ENABLE as u64, 0)
+}
+
+/// A perf ioctl as a raw syscall (see `raw`). Async-signal-safe.
+fn ioctl(fd: RawFd, request: u64, arg: u64) -> Result<(), Errno> {
+    // SAFETY: perf ioctls on a perf fd; `arg` is a value or a pointer the
+    // caller keeps valid; a wrong fd only yields EBADF/ENOTTY.
+    check_raw(unsafe { raw::syscall4(libc::SYS_ioctl, fd as u64, request, arg, 0) }).map(drop)
 }
 
 /// `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` for a breakpoint event: the kernel
@@ -220,9 +237,11 @@ pub fn perf_enable(fd: RawFd) -> Result<(), Errno> {
 /// fields. With `disabled == 0` the moved breakpoint is also enabled (one
 /// syscall per move). Async-signal-safe.
 pub fn perf_modify_attributes(fd: RawFd, attr: &mut PerfEventAttr) -> Result<(), Errno> {
-    // SAFETY: attr is a valid attribute of its declared size.
-    check(unsafe { perf_event_open_sys::ioctls::MODIFY_ATTRIBUTES(fd, attr) } as libc::c_long)
-        .map(drop)
+    ioctl(
+        fd,
+        pb::MODIFY_ATTRIBUTES as u64,
+        attr as *mut PerfEventAttr as u64,
+    )
 }
 
 /// A signal handler taking siginfo and ucontext.
@@ -296,20 +315,19 @@ pub fn install_handler(
 /// thread: once the current handler returns, the process ends the way it
 /// would have without us. Async-signal-safe.
 pub fn reraise_default(sig: i32) {
-    // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask.
-    let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid action.
-    let _ = unsafe { real_sigaction(sig, &dfl, std::ptr::null_mut()) };
+    set_default_action(sig);
     let _ = tgkill(gettid(), sig);
 }
 
 /// Puts back the default action of `sig` (a fault handler then returns and
 /// the faulting instruction runs again under it). Async-signal-safe.
 pub fn set_default_action(sig: i32) {
-    // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask.
-    let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid action.
-    let _ = unsafe { real_sigaction(sig, &dfl, std::ptr::null_mut()) };
+    // The kernel's struct sigaction: handler, flags, restorer, mask. SIG_DFL
+    // needs no restorer.
+    let dfl = [0u64; 4];
+    // SAFETY: a valid kernel sigaction of SIG_DFL; 8 is the kernel's
+    // sigset size.
+    unsafe { raw::syscall4(libc::SYS_rt_sigaction, sig as u64, dfl.as_ptr() as u64, 0, 8) };
 }
 
 /// Reinstalls a previously saved action.
@@ -336,15 +354,40 @@ pub fn siginfo_perf_data(info: &libc::siginfo_t) -> u64 {
 pub fn block_signals(set: &libc::sigset_t) -> libc::sigset_t {
     // SAFETY: sigset_t is plain data.
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid sigset pointers; only this thread's mask changes.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, set, &mut old) };
+    // SAFETY: valid sigset pointers (the kernel reads and writes its first
+    // 8 bytes); only this thread's mask changes.
+    unsafe {
+        raw::syscall4(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK as u64,
+            set as *const libc::sigset_t as u64,
+            &mut old as *mut libc::sigset_t as u64,
+            8,
+        )
+    };
     old
 }
 
 /// Sets the calling thread's signal mask. Async-signal-safe.
 pub fn set_signal_mask(set: &libc::sigset_t) {
-    // SAFETY: a valid sigset pointer; only this thread's mask changes.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, set, std::ptr::null_mut()) };
+    // SAFETY: as in `block_signals`.
+    unsafe {
+        raw::syscall4(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as u64,
+            set as *const libc::sigset_t as u64,
+            0,
+            8,
+        )
+    };
+}
+
+/// Adds `sig` to `set` without calling libc. Async-signal-safe.
+pub fn sigset_add(set: &mut libc::sigset_t, sig: i32) {
+    // SAFETY: the kernel's sigset is the first 8 bytes of sigset_t, bit
+    // sig - 1 for signal sig.
+    let bits = unsafe { &mut *(set as *mut libc::sigset_t).cast::<u64>() };
+    *bits |= 1u64 << ((sig - 1) & 63);
 }
 
 /// Runs `f` (which spawns a thread) with every signal blocked in the

@@ -216,6 +216,7 @@ fn warm_up() {
     }
     let _ = decode::decode_segment(&Bytes(&code), 0, &mut insn);
     sys::warm_sigaction();
+    sys::raw::calibrate_clock();
     let _ = sys::now_ns();
     let _ = sys::gettid();
 }

@@ -270,15 +270,24 @@ impl LiveMemory {
         Ok(())
     }
 
-    /// Reads every logged address again (see the module doc).
-    pub fn validate(&self, probe: &impl Probe) -> MemoryCheck {
+    /// Reads every logged address again (see the module doc), except
+    /// those in `dead`: stack below the red zone at the checkpoint, which
+    /// the program no longer owns and where the checkpoint's own signal
+    /// frame now lies.
+    pub fn validate(&self, probe: &impl Probe, dead: std::ops::Range<u64>) -> MemoryCheck {
         for s in &self.stores[..self.n_stores] {
+            if dead.contains(&s.addr) {
+                continue;
+            }
             match probe.read_qword(s.addr) {
                 Some(now) if (now ^ s.value) & bits(s.mask) == 0 => {}
                 _ => return MemoryCheck::Differs { addr: s.addr },
             }
         }
         for l in &self.loads[..self.n_loads] {
+            if dead.contains(&l.addr) {
+                continue;
+            }
             // Bytes the thread stored later are checked above.
             let ov_mask = self.stored(l.addr).map_or(0, |s| s.mask);
             let check = bits(l.used & !ov_mask);
@@ -378,19 +387,21 @@ mod tests {
         m.store(0x2000, 4, 0x5555).unwrap();
         // The thread did store 0x5555, and nobody touched 0x1000.
         mem.set(0x2000, 0x5555);
-        assert_eq!(m.validate(&mem), MemoryCheck::Match);
+        assert_eq!(m.validate(&mem, 0..0), MemoryCheck::Match);
         // A byte the emulation never consumed may change.
         mem.set(0x1000, 0xff00_0000_0000_1111);
-        assert_eq!(m.validate(&mem), MemoryCheck::Match);
+        assert_eq!(m.validate(&mem, 0..0), MemoryCheck::Match);
         // A consumed byte may not.
         mem.set(0x1000, 0x1112);
-        assert_eq!(m.validate(&mem), MemoryCheck::Differs { addr: 0x1000 });
+        assert_eq!(m.validate(&mem, 0..0), MemoryCheck::Differs { addr: 0x1000 });
         mem.set(0x1000, 0x1111);
         // Nor may a stored one.
         mem.set(0x2000, 0x5556);
-        assert_eq!(m.validate(&mem), MemoryCheck::Differs { addr: 0x2000 });
+        assert_eq!(m.validate(&mem, 0..0), MemoryCheck::Differs { addr: 0x2000 });
+        // Dead stack is not checked.
+        assert_eq!(m.validate(&mem, 0x2000..0x2008), MemoryCheck::Match);
         // Reset forgets everything.
         m.reset();
-        assert_eq!(m.validate(&mem), MemoryCheck::Match);
+        assert_eq!(m.validate(&mem, 0..0), MemoryCheck::Match);
     }
 }

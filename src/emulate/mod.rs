@@ -37,6 +37,14 @@ pub const MAX_SEGMENT_INSTRUCTIONS: u32 = 2048;
 pub const EXTENSION_STEPS: u32 = 512;
 /// Iterations of a rep-prefixed string instruction per emulated step.
 pub const REP_LIMIT: u64 = 256;
+/// The x86-64 System V red zone: below rsp, this much still belongs to
+/// the function running.
+const RED_ZONE: u64 = 128;
+/// How far below the red zone validation treats the stack as dead: more
+/// than a signal frame with the AVX-512 state and this library's handler
+/// frames. A mapping other than the stack that close below rsp would need
+/// a stack without a guard page.
+const DEAD_STACK: u64 = 64 * 1024;
 /// Entries of each thread's decoded-instruction cache (80 bytes each).
 pub const DECODE_CACHE_ENTRIES: usize = 1024;
 
@@ -267,7 +275,12 @@ impl Emulator {
         if self.predicted.first_difference(&self.cpu.regs).is_some() {
             return Validation::Registers;
         }
-        match self.cpu.mem.live.validate(&RealMemory) {
+        // Below the red zone the stack is dead: the kernel put this
+        // checkpoint's signal frame there, over whatever the segment's
+        // callees left.
+        let rsp = self.cpu.regs.gpr[4];
+        let dead = rsp.saturating_sub(DEAD_STACK)..rsp.saturating_sub(RED_ZONE);
+        match self.cpu.mem.live.validate(&RealMemory, dead) {
             MemoryCheck::Match => Validation::Match,
             MemoryCheck::Differs { .. } => Validation::Memory,
         }

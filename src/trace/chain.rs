@@ -200,8 +200,7 @@ pub fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     let old_mask = fault.then(|| {
         let mut mask = action.sa_mask;
         if action.sa_flags & libc::SA_NODEFER == 0 {
-            // SAFETY: a valid sigset.
-            unsafe { libc::sigaddset(&mut mask, sig) };
+            sys::sigset_add(&mut mask, sig);
         }
         sys::block_signals(&mask)
     });

@@ -3,8 +3,11 @@
 //!
 //! Contract of everything in this file: async-signal-safe. No allocation,
 //! no lock another thread or the application can hold, no formatting, no
-//! logging; only raw syscalls (ioctl, gettid) and the vDSO clock; errno is
-//! saved on entry and restored on exit. `tests/handler_alloc.rs` checks the
+//! logging, and no call into any code outside this library — not even
+//! libc's: the breakpoint may be armed on any instruction of a traced
+//! module (see `sys::raw`, which provides the syscalls, the clock and the
+//! mem functions the handlers use; its raw syscalls leave errno alone, so
+//! there is none to restore). `tests/handler_alloc.rs` checks the
 //! no-allocation part with a counting allocator while real signals fire.
 
 use std::ffi::c_void;
@@ -156,13 +159,11 @@ fn resolve(form: &BranchForm, st: &RegState, mem: &OwnMemory) -> Option<Outcome>
 
 /// The SIGTRAP handler installed while a session runs.
 pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    let saved_errno = sys::errno();
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let si = unsafe { &*info };
     let tag = sys::siginfo_perf_data(si);
     if si.si_code != sys::TRAP_PERF || (tag != SAMPLE_TAG && tag != BREAKPOINT_TAG) {
         chain::forward(sig, info, ctx);
-        sys::set_errno(saved_errno);
         return;
     }
     // Ours. Without a tracer or a ready slot this is a late signal of a
@@ -184,11 +185,10 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
             }
         }
     }
-    sys::set_errno(saved_errno);
 }
 
 fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc::ucontext_t) {
-    let t0 = sys::now_ns();
+    let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
     if t.pending.is_some() {
@@ -217,11 +217,11 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc:
         StackPointer::Exact(regs.rsp()),
         Some(state),
     );
-    Counters::add(&c.sampling_ns, sys::now_ns().saturating_sub(t0));
+    Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
 }
 
 fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc::ucontext_t) {
-    let t0 = sys::now_ns();
+    let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.breakpoints);
     let Some(Pending {
@@ -282,7 +282,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
                 if taken {
                     Counters::bump(&c.dynamic_taken);
                     if record(tracer, slot, t, form.at, next) {
-                        Counters::add(&c.breakpoint_ns, sys::now_ns().saturating_sub(t0));
+                        Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
                         return;
                     }
                 }
@@ -308,7 +308,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &l
             }
         }
     }
-    Counters::add(&c.breakpoint_ns, sys::now_ns().saturating_sub(t0));
+    Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
 }
 
 /// Appends {from, to} to the open trace; returns true when the trace
@@ -377,7 +377,7 @@ fn follow(
             return;
         };
         let mut decoded = false;
-        let d0 = sys::now_ns();
+        let d0 = sys::raw::clock_ns();
         let seg = cache.lookup(&code, pc, generation, &mut t.insn, &mut decoded);
         if let Some(st) = regs.as_mut() {
             if !(seg.pure && decode::replay(&code, &seg, &mut t.insn, st, &mem)) {
@@ -385,7 +385,7 @@ fn follow(
             }
         }
         if decoded {
-            Counters::add(&c.decode_ns, sys::now_ns().saturating_sub(d0));
+            Counters::add(&c.decode_ns, sys::raw::clock_ns().saturating_sub(d0));
             Counters::bump(&c.segments_decoded);
         } else {
             Counters::bump(&c.segments_cached);

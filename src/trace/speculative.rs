@@ -83,7 +83,7 @@ pub(super) fn on_sample(
     t: &mut ThreadTrace,
     uc: &libc::ucontext_t,
 ) {
-    let t0 = sys::now_ns();
+    let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
     if t.awaiting.is_some() {
@@ -118,7 +118,7 @@ pub(super) fn on_sample(
     context::read(uc, emu.state_mut());
     let resumed = emu.state_mut().rflags & context::RF != 0;
     advance(tracer, slot, t, resumed);
-    Counters::add(&c.sampling_ns, sys::now_ns().saturating_sub(t0));
+    Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
 }
 
 pub(super) fn on_breakpoint(
@@ -127,7 +127,7 @@ pub(super) fn on_breakpoint(
     t: &mut ThreadTrace,
     uc: &libc::ucontext_t,
 ) {
-    let t0 = sys::now_ns();
+    let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.breakpoints);
     let Some(awaiting) = t.awaiting else {
@@ -146,7 +146,7 @@ pub(super) fn on_breakpoint(
     if pc != awaiting.at() {
         discard_segment(t);
         end(tracer, slot, t, TraceEnd::Aborted(AbortReason::PcMismatch));
-        Counters::add(&c.breakpoint_ns, sys::now_ns().saturating_sub(t0));
+        Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
         return;
     }
     match awaiting {
@@ -205,7 +205,7 @@ pub(super) fn on_breakpoint(
             }
         }
     }
-    Counters::add(&c.breakpoint_ns, sys::now_ns().saturating_sub(t0));
+    Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
 }
 
 /// Emulates the next segment from the exact state in the emulator and
@@ -220,9 +220,9 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     };
     let committed = buffer.open_len();
     let wanted = lbr.saturating_sub(committed).max(1);
-    let e0 = sys::now_ns();
+    let e0 = sys::raw::clock_ns();
     let outcome = emu.run(&mut OpenTrace(buffer), wanted, resumed);
-    Counters::add(&c.emulation_ns, sys::now_ns().saturating_sub(e0));
+    Counters::add(&c.emulation_ns, sys::raw::clock_ns().saturating_sub(e0));
     let (at, awaiting) = match outcome {
         Outcome::Segment(seg) => {
             Counters::bump(&c.segments);

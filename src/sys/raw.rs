@@ -1,0 +1,199 @@
+//! What the signal handlers may execute: nothing outside this library.
+//!
+//! The tracer's breakpoint can be armed on any instruction of a traced
+//! module, libc included. If a handler called into libc (a syscall
+//! wrapper, `__errno_location`, or a `memcpy` the compiler emitted for a
+//! struct copy) while the breakpoint sat on that code, the breakpoint would
+//! fire inside the handler, with SIGTRAP blocked; the trap would be
+//! delivered as soon as the handler returned, at the application's pc,
+//! with the application's registers — a stop the thread never made. (On
+//! SQLite this was every `pc_mismatch` of the paper-mode runs: the first
+//! jcc of glibc's AVX-512 memmove and memset, reached from the handler's
+//! own struct copies.) So:
+//!
+//! - syscalls on the handler path are made here, with the `syscall`
+//!   instruction (they return -errno and never touch errno, so the handler
+//!   has no errno to save);
+//! - `memcpy`, `memmove`, `memset`, `memcmp` and `bcmp` are defined here
+//!   with hidden visibility: every call the library (and the Rust code
+//!   linked into it) makes binds to these at link time, never to libc's,
+//!   and nothing is exported to the application;
+//! - time on the handler path is the TSC ([`ticks`]), not clock_gettime.
+
+use std::arch::global_asm;
+
+/// Raw syscall with up to four arguments: the result, or -errno.
+///
+/// # Safety
+/// The caller upholds the syscall's own contract for its arguments.
+#[inline(always)]
+pub unsafe fn syscall4(nr: i64, a1: u64, a2: u64, a3: u64, a4: u64) -> i64 {
+    let ret: i64;
+    // SAFETY: the syscall instruction clobbers rcx and r11 only; memory
+    // effects are the syscall's, which the caller vouches for.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a1,
+            in("rsi") a2,
+            in("rdx") a3,
+            in("r10") a4,
+            out("rcx") _,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// The time-stamp counter: the handlers' clock (constant-rate on the
+/// machines this runs on; it is the kernel's clocksource here). Converted
+/// to nanoseconds against CLOCK_MONOTONIC by the control thread.
+#[inline(always)]
+pub fn ticks() -> u64 {
+    // SAFETY: rdtsc has no preconditions in user mode on Linux.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// Nanoseconds per tick, as a 32.32 fixed-point number (0 until
+/// [`calibrate_clock`] ran).
+static NS_PER_TICK_Q32: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Measures the TSC against CLOCK_MONOTONIC once per process (about 5 ms,
+/// on the control thread, before any handler runs).
+pub fn calibrate_clock() {
+    if NS_PER_TICK_Q32.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+        return;
+    }
+    let (n0, t0) = (super::now_ns(), ticks());
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let (n1, t1) = (super::now_ns(), ticks());
+    let q = (((n1 - n0) as u128) << 32) / (t1.saturating_sub(t0).max(1) as u128);
+    NS_PER_TICK_Q32.store(q.max(1) as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The handlers' monotonic clock in nanoseconds (the TSC scaled by the
+/// calibration). Async-signal-safe: one rdtsc, no call.
+#[inline]
+pub fn clock_ns() -> u64 {
+    let q = NS_PER_TICK_Q32.load(std::sync::atomic::Ordering::Relaxed) as u128;
+    ((ticks() as u128 * q) >> 32) as u64
+}
+
+// The mem* functions the compiler calls for copies, fills and comparisons,
+// hidden so that they never leave the library (see the module doc).
+// rep movsb / rep stosb are fast on every CPU with ERMS/FSRM, which the
+// machines this runs on have; memcmp is a plain byte loop (the library's
+// comparisons are short).
+global_asm!(
+    ".pushsection .text.breakdance_mem,\"ax\",@progbits",
+    ".globl memcpy",
+    ".hidden memcpy",
+    ".type memcpy,@function",
+    ".p2align 4",
+    "memcpy:",
+    "mov rax, rdi",
+    "mov rcx, rdx",
+    "rep movsb",
+    "ret",
+    ".size memcpy, . - memcpy",
+    ".globl memmove",
+    ".hidden memmove",
+    ".type memmove,@function",
+    ".p2align 4",
+    "memmove:",
+    "mov rax, rdi",
+    "mov rcx, rdx",
+    // Forward unless the destination starts inside the source.
+    "mov r8, rdi",
+    "sub r8, rsi",
+    "cmp r8, rdx",
+    "jb 2f",
+    "rep movsb",
+    "ret",
+    "2:",
+    "lea rsi, [rsi + rdx - 1]",
+    "lea rdi, [rdi + rdx - 1]",
+    "std",
+    "rep movsb",
+    "cld",
+    "ret",
+    ".size memmove, . - memmove",
+    ".globl memset",
+    ".hidden memset",
+    ".type memset,@function",
+    ".p2align 4",
+    "memset:",
+    "mov r8, rdi",
+    "mov eax, esi",
+    "mov rcx, rdx",
+    "rep stosb",
+    "mov rax, r8",
+    "ret",
+    ".size memset, . - memset",
+    ".globl memcmp",
+    ".hidden memcmp",
+    ".type memcmp,@function",
+    ".globl bcmp",
+    ".hidden bcmp",
+    ".type bcmp,@function",
+    ".p2align 4",
+    "memcmp:",
+    "bcmp:",
+    "xor eax, eax",
+    "test rdx, rdx",
+    "jz 4f",
+    "3:",
+    "movzx eax, byte ptr [rdi]",
+    "movzx ecx, byte ptr [rsi]",
+    "sub eax, ecx",
+    "jnz 4f",
+    "inc rdi",
+    "inc rsi",
+    "dec rdx",
+    "jnz 3b",
+    "4:",
+    "ret",
+    ".size memcmp, . - memcmp",
+    ".size bcmp, . - bcmp",
+    ".popsection",
+);
+
+#[cfg(test)]
+mod tests {
+    /// The library's own mem functions, called through the symbols the
+    /// compiler uses.
+    extern "C" {
+        fn memcpy(d: *mut u8, s: *const u8, n: usize) -> *mut u8;
+        fn memmove(d: *mut u8, s: *const u8, n: usize) -> *mut u8;
+        fn memset(d: *mut u8, c: i32, n: usize) -> *mut u8;
+        fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32;
+    }
+
+    #[test]
+    fn mem_functions_copy_fill_and_compare() {
+        let src: Vec<u8> = (0..200u8).collect();
+        let mut dst = vec![0u8; 200];
+        // SAFETY: valid, non-overlapping buffers of the lengths given.
+        unsafe {
+            assert_eq!(memcpy(dst.as_mut_ptr(), src.as_ptr(), 200), dst.as_mut_ptr());
+            assert_eq!(dst, src);
+            assert_eq!(memcmp(dst.as_ptr(), src.as_ptr(), 200), 0);
+            dst[150] = 0;
+            assert!(memcmp(dst.as_ptr(), src.as_ptr(), 200) < 0);
+            assert!(memcmp(src.as_ptr(), dst.as_ptr(), 200) > 0);
+            assert_eq!(memset(dst.as_mut_ptr(), 0x5a, 100), dst.as_mut_ptr());
+        }
+        assert!(dst[..100].iter().all(|&b| b == 0x5a));
+        // Overlapping moves in both directions.
+        let mut buf: Vec<u8> = (0..100u8).collect();
+        // SAFETY: both ranges lie inside `buf`.
+        unsafe { memmove(buf.as_mut_ptr().add(10), buf.as_ptr(), 50) };
+        assert_eq!(&buf[10..60], &(0..50u8).collect::<Vec<_>>()[..]);
+        let mut buf: Vec<u8> = (0..100u8).collect();
+        // SAFETY: as above.
+        unsafe { memmove(buf.as_mut_ptr(), buf.as_ptr().add(10), 50) };
+        assert_eq!(&buf[..50], &(10..60u8).collect::<Vec<_>>()[..]);
+    }
+}
