@@ -1,0 +1,150 @@
+//! Emulate mode against what can go wrong with speculation: memory another
+//! thread changes under the traced one, and emulated loads that fault.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use bench_harness::elf::ModuleMap;
+use common::*;
+
+/// Sampling period (task-clock ns).
+const PERIOD_NS: u64 = 200_000;
+/// Runs at most, to gather a test's minimum.
+const MAX_RUNS: usize = 8;
+
+/// Rounds of the flipper whose branch on the flipped word a trace shows,
+/// decoded from the trace alone: (round, value the trace says it read).
+fn decoded_rounds(rec: &Recording) -> Vec<(u64, u8)> {
+    let (modules, _) = ModuleMap::from_mmaps(&rec.script.mmaps);
+    let name_of = |address: u64| -> Option<String> {
+        let (m, vaddr) = modules.resolve(address)?;
+        Some(modules.modules[m].symbol_at(vaddr)?.name.clone())
+    };
+    let mut names: BTreeMap<u64, Option<String>> = BTreeMap::new();
+    let mut rounds = Vec::new();
+    for trace in &rec.script.traces {
+        // The calls' targets in execution order: bit_B_V for each announced
+        // bit, then flag_V.
+        let mut bits: Vec<(u32, u64)> = Vec::new();
+        for edge in trace.execution_order() {
+            let name = names
+                .entry(edge.to)
+                .or_insert_with(|| name_of(edge.to))
+                .clone();
+            let Some(name) = name else { continue };
+            if let Some(rest) = name.strip_prefix("bit_") {
+                let (b, v) = rest.split_once('_').expect("bit_B_V");
+                let b: u32 = b.parse().expect("bit number");
+                if b == 0 {
+                    bits.clear();
+                }
+                if bits.len() as u32 == b {
+                    bits.push((b, v.parse().expect("bit value")));
+                }
+            } else if let Some(v) = name.strip_prefix("flag_") {
+                if bits.len() == 24 {
+                    let round = bits.iter().fold(0u64, |r, &(b, v)| r | v << b);
+                    rounds.push((round, v.parse().expect("flag value")));
+                }
+                bits.clear();
+            }
+        }
+    }
+    rounds
+}
+
+/// Another thread flips the word the traced thread branches on. Segments
+/// whose memory changed under them are counted and dropped, and no trace
+/// contradicts the program's own record of which way each round went.
+#[test]
+fn flipped_memory_never_makes_a_wrong_entry() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("flipper");
+    let binary = build(&clang, &dir.0, "flipper", &["flipper.c"], &["-pthread"]);
+    let rounds = "4000000";
+    let mut checked = 0usize;
+    let mut mismatches = 0;
+    for run in 0..MAX_RUNS {
+        let out = dir.path(&format!("out{run}"));
+        let record_file = dir.path(&format!("record{run}"));
+        let record_arg = record_file.display().to_string();
+        let profiled = record_with(
+            &tracer,
+            &out,
+            PERIOD_NS,
+            &["--dataflow", "emulate", "--lbr", "64"],
+            &binary,
+            &[rounds, &record_arg],
+            &[],
+        );
+        assert!(
+            profiled.status.success(),
+            "flipper fails under the tracer: {profiled:?}"
+        );
+        let rec = load(&out);
+        check_summary(&rec);
+        assert_valid_traces("flipper", &rec);
+        let record = std::fs::read(&record_file).expect("the program's record");
+        for (round, seen) in decoded_rounds(&rec) {
+            let truth = record[round as usize];
+            assert_eq!(
+                seen, truth,
+                "a trace shows round {round} calling flag_{seen}; the program took flag_{truth}"
+            );
+            checked += 1;
+        }
+        mismatches += counter(&rec.summary, "emulation.mismatch_memory")
+            + counter(&rec.summary, "emulation.mismatch_registers");
+        eprintln!("flipper run {run}: {checked} rounds checked, {mismatches} mismatches");
+        if checked >= 200 && mismatches > 0 {
+            return;
+        }
+    }
+    panic!(
+        "{MAX_RUNS} runs checked {checked} rounds against the program's record (need 200) \
+         and counted {mismatches} speculation mismatches (need some)"
+    );
+}
+
+/// A program that reads an unmapped page on purpose and recovers in its
+/// own SIGSEGV handler: the emulator's load there faults safely and ends
+/// the segment, the program's handler still sees every fault, and its
+/// output is unchanged.
+#[test]
+fn faulting_loads_end_segments_and_the_program_keeps_its_faults() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("wild");
+    let binary = build(&clang, &dir.0, "wild_load", &["wild_load.c"], &[]);
+    let args = ["300000"];
+    let native = run_native(&binary, &args, &[]);
+    assert!(native.status.success(), "wild_load natively: {native:?}");
+    let mut faults = 0;
+    for run in 0..MAX_RUNS {
+        let out = dir.path(&format!("out{run}"));
+        let profiled = record_with(
+            &tracer,
+            &out,
+            PERIOD_NS,
+            &["--dataflow", "emulate"],
+            &binary,
+            &args,
+            &[],
+        );
+        assert_same_behaviour("wild_load", &native, &profiled);
+        let rec = load(&out);
+        check_reconciles(&rec);
+        assert_valid_traces("wild_load", &rec);
+        faults += counter(&rec.summary, "aborts.emulation_fault");
+        if faults > 0 {
+            return;
+        }
+    }
+    panic!("{MAX_RUNS} runs and no emulated load reached the unmapped page");
+}
