@@ -229,6 +229,19 @@ struct Pass {
     /// before it, entries before it): the latest point a checkpoint with
     /// one hit can prove.
     fresh: (u32, usize),
+    /// Where the Nth taken branch went, if the pass got that far.
+    nth: Option<Nth>,
+    /// The search for a fresh address past the Nth branch gave up.
+    exhausted: bool,
+}
+
+/// The point right after the Nth taken branch.
+#[derive(Clone, Copy)]
+struct Nth {
+    steps: u32,
+    target: u64,
+    /// Visits to `target` before that arrival.
+    prior: u32,
 }
 
 /// One traced thread's emulator: its machine, its decoded-instruction
@@ -305,12 +318,24 @@ impl Emulator {
         if pass.redo.is_none() && pass.first.is_none() {
             // A checkpoint where the path ended may need several hits (a
             // loop); the last first-visited point needs one but proves
-            // fewer entries. Take the cheaper in stops per entry.
-            let at = self.cpu.regs.rip;
-            let hits = self.hits_at(at, resumed);
+            // fewer entries. Take the cheaper in stops per entry. When the
+            // search for a fresh address past the Nth branch failed, the
+            // end is the Nth branch's target, as visited then.
+            let (hits, nth_steps) = match pass.nth.filter(|_| pass.exhausted) {
+                Some(nth) => {
+                    let mut hits = nth.prior + 1;
+                    if resumed && nth.target == self.start.rip {
+                        hits -= 1;
+                    }
+                    (hits.max(1), Some(nth.steps))
+                }
+                None => (self.hits_at(self.cpu.regs.rip, resumed), None),
+            };
             let (f_steps, f_entries) = pass.fresh;
             if hits > 1 && f_entries > 0 && hits * (f_entries as u32) > pass.entries as u32 {
                 pass.redo = Some((f_steps, SegmentEnd::Continue));
+            } else if let Some(steps) = nth_steps {
+                pass.redo = Some((steps, SegmentEnd::Complete));
             }
         }
         if let Some((steps, end)) = pass.redo {
@@ -370,6 +395,7 @@ impl Emulator {
         let mut steps = 0u32;
         let mut extension = 0u32;
         let mut fresh = (0u32, 0usize);
+        let mut nth: Option<Nth> = None;
         // Step count at which the rep string instruction now running began.
         let mut rep_start: Option<u32> = None;
         let done = |end, entries, steps, fresh| Pass {
@@ -379,6 +405,8 @@ impl Emulator {
             redo: None,
             first: None,
             fresh,
+            nth: None,
+            exhausted: false,
         };
         loop {
             let pc = self.cpu.regs.rip;
@@ -403,7 +431,11 @@ impl Emulator {
             if entries == wanted && rep_start.is_none() {
                 // Past the Nth branch: stop at the first fresh address.
                 if self.visits.count(pc) == 0 || extension == EXTENSION_STEPS {
-                    return done(SegmentEnd::Complete, entries, steps, fresh);
+                    return Pass {
+                        nth,
+                        exhausted: extension == EXTENSION_STEPS,
+                        ..done(SegmentEnd::Complete, entries, steps, fresh)
+                    };
                 }
                 extension += 1;
             }
@@ -441,6 +473,13 @@ impl Emulator {
                             return done(SegmentEnd::Complete, entries, steps, fresh);
                         }
                         entries += 1;
+                        if entries == wanted {
+                            nth = Some(Nth {
+                                steps,
+                                target: r.next_rip,
+                                prior: self.visits.count(r.next_rip),
+                            });
+                        }
                     }
                 }
                 Err(stop) => {
