@@ -246,6 +246,43 @@ pub fn install_handler(
     Ok(old)
 }
 
+/// Sleeps until `word` is woken by [`futex_wake`] (or no longer holds
+/// `expected`), at most `timeout`.
+pub fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: std::time::Duration,
+) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: a futex wait on a valid, aligned u32 of this process.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+        )
+    };
+}
+
+/// Wakes a thread sleeping in [`futex_wait`] on `word`. Async-signal-safe
+/// (one system call).
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: a futex wake on a valid, aligned u32 of this process.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        )
+    };
+}
+
 /// Puts back the default action of `sig` and sends `sig` to the calling
 /// thread: once the current handler returns, the process ends the way it
 /// would have without us. Async-signal-safe.
