@@ -55,10 +55,14 @@ pub enum AbortReason {
     SessionStop,
     /// The breakpoint could not be set (the ioctl failed).
     BreakpointFailed,
+    /// The handler following the trace never returned (an application
+    /// signal handler run inside it left by longjmp); the next handler of
+    /// the thread ended the trace.
+    HandlerAbandoned,
 }
 
 impl AbortReason {
-    pub const ALL: [AbortReason; 10] = [
+    pub const ALL: [AbortReason; 11] = [
         AbortReason::Rseq,
         AbortReason::SpMismatch,
         AbortReason::PcMismatch,
@@ -69,6 +73,7 @@ impl AbortReason {
         AbortReason::ThreadExit,
         AbortReason::SessionStop,
         AbortReason::BreakpointFailed,
+        AbortReason::HandlerAbandoned,
     ];
 
     /// The name used in summary.json.
@@ -84,6 +89,7 @@ impl AbortReason {
             AbortReason::ThreadExit => "thread_exit",
             AbortReason::SessionStop => "session_stop",
             AbortReason::BreakpointFailed => "breakpoint_failed",
+            AbortReason::HandlerAbandoned => "handler_abandoned",
         }
     }
 }

@@ -154,6 +154,17 @@ pub fn perf_refresh(fd: RawFd, overflows: i32) -> Result<(), Errno> {
     check(unsafe { perf_event_open_sys::ioctls::REFRESH(fd, overflows) } as libc::c_long).map(drop)
 }
 
+/// `PERF_EVENT_IOC_PERIOD`: a new sample period, from the next one on.
+/// Async-signal-safe.
+pub fn perf_set_period(fd: RawFd, period: u64) -> Result<(), Errno> {
+    // The kernel reads the new period through a pointer (_IOW of a u64);
+    // perf-event-open-sys types the argument as the u64 itself, so the
+    // pointer goes in its place.
+    let arg = &period as *const u64 as u64;
+    // SAFETY: as in `perf_refresh`; `period` outlives the call.
+    check(unsafe { perf_event_open_sys::ioctls::PERIOD(fd, arg) } as libc::c_long).map(drop)
+}
+
 /// `PERF_EVENT_IOC_DISABLE`. Async-signal-safe.
 pub fn perf_disable(fd: RawFd) -> Result<(), Errno> {
     // SAFETY: as in `perf_refresh`.
@@ -221,6 +232,59 @@ pub unsafe fn real_sigaction(
     check(unsafe { real_sigaction_fn()(sig, act, old) } as libc::c_long).map(drop)
 }
 
+/// The signals a handler blocks while it runs (besides its own signal,
+/// which the kernel blocks unless SA_NODEFER).
+#[derive(Clone, Copy, Debug)]
+pub enum Blocked<'a> {
+    /// These signals only.
+    These(&'a [i32]),
+    /// Every signal but those a fault raises (SIGSEGV, SIGBUS, SIGILL,
+    /// SIGFPE, SIGSYS): a fault with its signal blocked kills the process,
+    /// so those stay deliverable.
+    AllButFaults,
+}
+
+/// Signals a fault raises synchronously.
+pub const FAULT_SIGNALS: [i32; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGSYS,
+];
+
+impl Blocked<'_> {
+    pub fn mask(self) -> libc::sigset_t {
+        // SAFETY: sigset_t is plain data; sigemptyset/sigfillset initialise it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid sigset for all the calls below.
+        unsafe {
+            match self {
+                Blocked::These(signals) => {
+                    libc::sigemptyset(&mut set);
+                    for &s in signals {
+                        libc::sigaddset(&mut set, s);
+                    }
+                }
+                Blocked::AllButFaults => {
+                    libc::sigfillset(&mut set);
+                    for s in FAULT_SIGNALS {
+                        libc::sigdelset(&mut set, s);
+                    }
+                    // glibc's sigfillset leaves out its two internal
+                    // signals (32: thread cancellation, 33: set*id), and
+                    // its sigaddset refuses them; asynchronous cancellation
+                    // must not unwind a thread out of the handler either.
+                    // The kernel's mask is the first 64 bits.
+                    let bits = (&mut set as *mut libc::sigset_t).cast::<u64>();
+                    *bits |= (1u64 << (32 - 1)) | (1u64 << (33 - 1));
+                }
+            }
+        }
+        set
+    }
+}
+
 /// Installs `handler` for `sig` with SA_SIGINFO | SA_RESTART, blocking
 /// `blocked` while it runs, and returns the previous action. Not
 /// SA_ONSTACK: an application's alternate stack may be smaller than the
@@ -229,21 +293,84 @@ pub unsafe fn real_sigaction(
 pub fn install_handler(
     sig: i32,
     handler: SigactionFn,
-    blocked: &[i32],
+    blocked: Blocked,
 ) -> Result<libc::sigaction, Errno> {
     // SAFETY: sigaction structs are plain data; zero is a valid empty mask.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
     act.sa_sigaction = handler as usize;
     act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    for &b in blocked {
-        // SAFETY: act.sa_mask is a valid sigset.
-        unsafe { libc::sigaddset(&mut act.sa_mask, b) };
-    }
+    act.sa_mask = blocked.mask();
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: act and old are valid; the handler is async-signal-safe.
     unsafe { real_sigaction(sig, &act, &mut old)? };
     Ok(old)
+}
+
+/// Replaces the calling thread's signal mask, returning the old one (the
+/// raw rt_sigprocmask: async-signal-safe, no libc bookkeeping).
+pub fn set_signal_mask(mask: &libc::sigset_t) -> libc::sigset_t {
+    // SAFETY: plain data.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid sigsets of the kernel's size (8 bytes on x86-64).
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            mask as *const libc::sigset_t,
+            &mut old as *mut libc::sigset_t,
+            8usize,
+        )
+    };
+    old
+}
+
+/// Ends the process at once with `status`: the exit_group system call,
+/// which is what the C library's `_exit` is. Async-signal-safe; nothing to
+/// resolve, no lock, no memory.
+pub fn exit_group(status: i32) -> ! {
+    // SAFETY: exit_group does not return.
+    unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    // Unreachable; keeps the type honest if the call ever returned.
+    std::process::abort()
+}
+
+/// Closes a raw descriptor the library owns but holds no owned handle for
+/// (the child of a fork closing its copies). Async-signal-safe.
+pub fn close_raw(fd: RawFd) {
+    // SAFETY: closing a descriptor number; the caller says it is ours.
+    unsafe { libc::close(fd) };
+}
+
+/// Removes a file named by a NUL-terminated path. Async-signal-safe.
+pub fn unlink_raw(path: &[u8]) {
+    if path.last() == Some(&0) {
+        // SAFETY: a NUL-terminated path.
+        unsafe { libc::unlink(path.as_ptr().cast()) };
+    }
+}
+
+/// The C library's running totals of objects loaded and unloaded (dlopen,
+/// dlclose): when either changed, the mappings of code changed. Not for
+/// handlers (dl_iterate_phdr takes the loader's lock).
+pub fn loaded_object_changes() -> (u64, u64) {
+    extern "C" fn first(info: *mut libc::dl_phdr_info, size: usize, out: *mut c_void) -> i32 {
+        let enough =
+            std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>();
+        if size >= enough {
+            // SAFETY: the C library passes a valid info of `size` bytes and
+            // our out-pointer.
+            unsafe {
+                let info = &*info;
+                *out.cast::<(u64, u64)>() = (info.dlpi_adds, info.dlpi_subs);
+            }
+        }
+        1 // the counts are the same in every entry: stop at the first
+    }
+    let mut counts = (0u64, 0u64);
+    // SAFETY: a valid callback and out-pointer for the duration of the call.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&mut counts as *mut (u64, u64)).cast()) };
+    counts
 }
 
 /// Sleeps until `word` is woken by [`futex_wake`] (or no longer holds
@@ -310,6 +437,22 @@ pub fn siginfo_perf_data(info: &libc::siginfo_t) -> u64 {
             .cast::<u8>()
             .add(24)
             .cast::<u64>())
+    }
+}
+
+/// `si_perf_flags` of a SIGTRAP raised by a perf event (the u32 after
+/// si_perf_type), and its bit saying the signal was raised while the
+/// thread blocked it (so delivered late). Linux 6.0 and later; 0 before.
+pub const TRAP_PERF_FLAG_ASYNC: u32 = 1;
+
+pub fn siginfo_perf_flags(info: &libc::siginfo_t) -> u32 {
+    // SAFETY: siginfo_t is 128 bytes; _sigfault._perf is si_perf_data (u64
+    // at 24), si_perf_type (u32 at 32), si_perf_flags (u32 at 36).
+    unsafe {
+        *((info as *const libc::siginfo_t)
+            .cast::<u8>()
+            .add(36)
+            .cast::<u32>())
     }
 }
 
@@ -519,10 +662,10 @@ pub fn fd_identity(fd: RawFd) -> Option<(u64, u64)> {
 }
 
 /// Registers fork handlers (pthread_atfork).
-pub fn at_fork(child: extern "C" fn()) {
-    // SAFETY: the handler is a plain extern "C" function living as long as
+pub fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: the handlers are plain extern "C" functions living as long as
     // the library (which is never unloaded: it is preloaded).
-    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
 }
 
 /// Registers an exit handler (atexit).
@@ -541,6 +684,32 @@ mod tests {
         assert!(std::mem::size_of::<PerfEventAttr>() >= 136);
         assert_eq!(std::mem::offset_of!(PerfEventAttr, sig_data), 120);
         assert_eq!(std::mem::size_of::<libc::siginfo_t>(), 128);
+    }
+
+    #[test]
+    fn the_handler_mask_blocks_all_but_faults() {
+        let mask = Blocked::AllButFaults.mask();
+        // SAFETY: a valid sigset.
+        let has = |s| unsafe { libc::sigismember(&mask, s) } == 1;
+        for s in [
+            libc::SIGALRM,
+            libc::SIGPROF,
+            libc::SIGINT,
+            libc::SIGTRAP,
+            libc::SIGCHLD,
+        ] {
+            assert!(has(s), "signal {s} not blocked");
+        }
+        for s in FAULT_SIGNALS {
+            assert!(!has(s), "fault signal {s} blocked");
+        }
+        // SAFETY: the first 64 bits are the kernel's mask.
+        let bits = unsafe { *(&mask as *const libc::sigset_t).cast::<u64>() };
+        assert_eq!(
+            bits & (3 << 31),
+            3 << 31,
+            "glibc's internal signals 32 and 33"
+        );
     }
 
     #[test]

@@ -63,7 +63,7 @@ fn load() -> libc::sigaction {
 }
 
 /// Installs our handler, saving the application's action.
-pub fn install(handler: sys::SigactionFn, blocked: &[i32]) -> Result<(), sys::Errno> {
+pub fn install(handler: sys::SigactionFn, blocked: sys::Blocked) -> Result<(), sys::Errno> {
     with_writer(|| {
         if SAVED.active.load(Ordering::Acquire) {
             return Ok(());
@@ -125,6 +125,23 @@ pub fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
         sys::reraise_default(libc::SIGTRAP);
         return;
     }
+    // Run it under the mask the kernel would have set for it: the mask of
+    // the interrupted code plus its own sa_mask (and SIGTRAP unless
+    // SA_NODEFER), not ours, which blocks every asynchronous signal.
+    // SAFETY: the kernel passes a valid ucontext to an SA_SIGINFO handler.
+    let mut mask = unsafe { (*ctx.cast::<libc::ucontext_t>()).uc_sigmask };
+    // SAFETY: valid sigsets.
+    unsafe {
+        for s in 1..=64 {
+            if libc::sigismember(&action.sa_mask, s) == 1 {
+                libc::sigaddset(&mut mask, s);
+            }
+        }
+        if action.sa_flags & libc::SA_NODEFER == 0 {
+            libc::sigaddset(&mut mask, libc::SIGTRAP);
+        }
+    }
+    let ours = sys::set_signal_mask(&mask);
     if action.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the application installed this as an SA_SIGINFO handler.
         let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void) =
@@ -135,4 +152,5 @@ pub fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
         let f: extern "C" fn(i32) = unsafe { std::mem::transmute(handler) };
         f(sig);
     }
+    sys::set_signal_mask(&ours);
 }

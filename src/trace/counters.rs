@@ -83,6 +83,8 @@ counters!(
     dataflow_mismatches,
     dataflow_mismatched_stops,
     dataflow_rewinds,
+    handlers_abandoned,
+    breakpoints_renewed,
 );
 
 impl Counters {

@@ -4,8 +4,10 @@
 //! Contract of everything in this file: async-signal-safe. No allocation,
 //! no lock another thread or the application can hold, no formatting, no
 //! logging; only raw syscalls (ioctl, gettid) and the vDSO clock; errno is
-//! saved on entry and restored on exit. `tests/handler_alloc.rs` checks the
-//! no-allocation part with a counting allocator while real signals fire.
+//! saved on entry and restored on exit. The handler runs with every
+//! asynchronous signal blocked (see `trace`'s module doc for why).
+//! `tests/handler_alloc.rs` checks the no-allocation part with a counting
+//! allocator while real signals fire.
 
 use std::ffi::c_void;
 use std::os::fd::AsRawFd;
@@ -22,7 +24,7 @@ use crate::sys;
 use super::counters::Counters;
 use super::exec_map::{ExecMap, LiveCode};
 use super::{
-    chain, ChainStep, DataflowMode, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer,
+    chain, ChainStep, DataflowMode, Entry, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer,
     BREAKPOINT_TAG, SAMPLE_TAG,
 };
 
@@ -146,20 +148,43 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
     // stopped session or a closing thread: nothing to do.
     if let Some(tracer) = super::tracer() {
         if let Some(slot) = tracer.slot_of(sys::gettid()) {
-            if slot.enter() {
-                // SAFETY: enter() made this handler the slot's holder; the
-                // ucontext is the kernel's for this delivery.
-                let (t, uc) = unsafe { (slot.inner(), &*(ctx as *const libc::ucontext_t)) };
-                if tag == SAMPLE_TAG {
-                    on_sample(tracer, slot, t, uc);
-                } else {
-                    on_breakpoint(tracer, slot, t, uc);
+            match slot.enter() {
+                Entry::Held => {
+                    // SAFETY: enter() made this handler the slot's holder;
+                    // the ucontext is the kernel's for this delivery.
+                    let (t, uc) = unsafe { (slot.inner(), &*(ctx as *const libc::ucontext_t)) };
+                    if tag == SAMPLE_TAG {
+                        on_sample(tracer, slot, t, uc);
+                    } else {
+                        on_breakpoint(tracer, slot, t, uc);
+                    }
+                    slot.leave();
                 }
-                slot.leave();
+                Entry::Abandoned => {
+                    // SAFETY: as above: the slot is this handler's again.
+                    take_back(tracer, slot, unsafe { slot.inner() });
+                    slot.leave();
+                }
+                Entry::Refused => {}
             }
         }
     }
     sys::set_errno(saved_errno);
+}
+
+/// The previous handler of this thread never returned (see the module doc
+/// of `trace`): whatever it was doing is dropped. The open trace ends as
+/// `handler_abandoned`, the breakpoint is disarmed, and sampling is armed
+/// again, unless the session stopped meanwhile. This signal itself is
+/// not used: the state it was raised for is gone.
+fn take_back(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
+    let c = &slot.counters;
+    Counters::bump(&c.handlers_abandoned);
+    t.chain.clear();
+    close_open_trace(t, c, TraceEnd::Aborted(AbortReason::HandlerAbandoned));
+    if tracer.running.load(std::sync::atomic::Ordering::Acquire) {
+        rearm_sampling(t);
+    }
 }
 
 fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc::ucontext_t) {
