@@ -3,7 +3,8 @@
 //!
 //! Contract of everything in this file: async-signal-safe. No allocation,
 //! no lock another thread or the application can hold, no formatting, no
-//! logging; only raw syscalls (ioctl, gettid) and the vDSO clock; errno is
+//! logging; only raw syscalls (ioctl, gettid; close and perf_event_open to
+//! renew a breakpoint event) and the vDSO clock; errno is
 //! saved on entry and restored on exit. The handler runs with every
 //! asynchronous signal blocked (see `trace`'s module doc for why).
 //! `tests/handler_alloc.rs` checks the no-allocation part with a counting
@@ -156,6 +157,13 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                     if tag == SAMPLE_TAG {
                         on_sample(tracer, slot, t, uc);
                     } else {
+                        if sys::siginfo_perf_flags(si) & sys::TRAP_PERF_FLAG_ASYNC != 0 {
+                            // Hit while the thread blocked SIGTRAP: how many
+                            // times is unknown, maybe up to the limit.
+                            renew_breakpoint(slot, t);
+                        } else {
+                            t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
+                        }
                         on_breakpoint(tracer, slot, t, uc);
                     }
                     slot.leave();
@@ -182,6 +190,8 @@ fn take_back(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
     Counters::bump(&c.handlers_abandoned);
     t.chain.clear();
     close_open_trace(t, c, TraceEnd::Aborted(AbortReason::HandlerAbandoned));
+    // What is left of the breakpoint's limit is unknown.
+    renew_breakpoint(slot, t);
     if tracer.running.load(std::sync::atomic::Ordering::Acquire) {
         rearm_sampling(t);
     }
@@ -528,16 +538,59 @@ fn rewind_chain(slot: &ThreadSlot, t: &mut ThreadTrace, i: usize) {
     t.chain.truncate(i + 1);
 }
 
-/// Moves the thread's breakpoint to `addr` and enables it (one ioctl).
+/// Hits the breakpoint event may take before the kernel stops it; the
+/// limit is topped up to this when fewer than two are left.
+const BREAKPOINT_HIT_BUDGET: u32 = 8;
+
+/// Moves the thread's breakpoint to `addr` and enables it (one ioctl; two
+/// when the event's limit is topped up, once every few stops).
+///
+/// The breakpoint event has a limit of hits (as the sampling event has a
+/// limit of one sample): a hit whose SIGTRAP cannot be delivered, because
+/// the thread runs with SIGTRAP blocked (in one of its own signal handlers,
+/// or a section that blocks every signal) and passes the address again
+/// and again, traps a few times and then no more, instead of at every
+/// pass until the signal is unblocked. A delivered hit must never use the
+/// last of the limit: on this kernel a hardware breakpoint event that its
+/// limit stopped never fires again (measured; sampling events restart), so
+/// the limit is topped up while two are left, and a hit delivered late
+/// (when the count is unknown) replaces the event ([`renew_breakpoint`]).
 fn arm_breakpoint(t: &mut ThreadTrace, addr: u64) -> bool {
     let Some(fd) = t.bp_fd.as_ref().map(|f| f.as_raw_fd()) else {
         return false;
     };
+    if t.bp_hits_left < 2 {
+        // Enables the event where it was parked (an address this handler
+        // does not run) before it moves.
+        let add = BREAKPOINT_HIT_BUDGET - t.bp_hits_left;
+        if sys::perf_refresh(fd, add as i32).is_err() {
+            t.bp_armed = false;
+            return false;
+        }
+        t.bp_hits_left = BREAKPOINT_HIT_BUDGET;
+    }
     t.bp_attr.__bindgen_anon_3.bp_addr = addr;
     t.bp_attr.set_disabled(0);
     let ok = sys::perf_modify_attributes(fd, &mut t.bp_attr).is_ok();
     t.bp_armed = ok;
     ok
+}
+
+/// Replaces the thread's breakpoint event by a fresh one, when what is
+/// left of its limit is unknown (a hit delivered late, an abandoned
+/// handler). Async-signal-safe: close and perf_event_open are system calls
+/// and the attribute is built on the stack. Without a new event the
+/// thread's next traces end as `breakpoint_failed`.
+fn renew_breakpoint(slot: &ThreadSlot, t: &mut ThreadTrace) {
+    t.bp_fd = None;
+    t.bp_armed = false;
+    t.bp_hits_left = 0;
+    let mut attr = super::threads::breakpoint_attr();
+    if let Ok(fd) = sys::perf_event_open(&mut attr, 0) {
+        t.bp_attr = attr;
+        t.bp_fd = Some(fd);
+        Counters::bump(&slot.counters.breakpoints_renewed);
+    }
 }
 
 fn disarm_breakpoint(t: &mut ThreadTrace) {
