@@ -155,6 +155,13 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                     // the ucontext is the kernel's for this delivery.
                     let (t, uc) = unsafe { (slot.inner(), &*(ctx as *const libc::ucontext_t)) };
                     if tag == SAMPLE_TAG {
+                        if t.full_period != 0 {
+                            // The first, randomly shortened period is over.
+                            if let Some(fd) = t.sample_fd.as_ref() {
+                                let _ = sys::perf_set_period(fd.as_raw_fd(), t.full_period);
+                            }
+                            t.full_period = 0;
+                        }
                         on_sample(tracer, slot, t, uc);
                     } else {
                         if sys::siginfo_perf_flags(si) & sys::TRAP_PERF_FLAG_ASYNC != 0 {

@@ -114,6 +114,14 @@ pub fn register<'t>(
         }
     };
     let mut sample_attr = sampling_attr(event);
+    t.full_period = 0;
+    if !event.freq && event.period > 1 {
+        // A first period drawn uniformly from [1, period].
+        let seed = (tid as u64) ^ sys::now_ns().rotate_left(17);
+        let phase = 1 + seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) % event.period;
+        sample_attr.__bindgen_anon_1.sample_period = phase;
+        t.full_period = event.period;
+    }
     let sample_fd = match sys::perf_event_open(&mut sample_attr, tid) {
         Ok(fd) => fd,
         Err(e) => {
