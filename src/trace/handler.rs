@@ -3,8 +3,8 @@
 //!
 //! Contract of everything in this file: async-signal-safe. No allocation,
 //! no lock another thread or the application can hold, no formatting, no
-//! logging; only raw syscalls (ioctl, gettid; close and perf_event_open to
-//! renew a breakpoint event) and the vDSO clock; errno is
+//! logging; only raw syscalls (ioctl, gettid, futex wake; close and
+//! perf_event_open to renew a breakpoint event) and the vDSO clock; errno is
 //! saved on entry and restored on exit. The handler runs with every
 //! asynchronous signal blocked (see `trace`'s module doc for why).
 //! `tests/handler_alloc.rs` checks the no-allocation part with a counting
@@ -640,6 +640,13 @@ fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: Trace
 pub(super) fn close_open_trace(t: &mut ThreadTrace, c: &Counters, end: TraceEnd) {
     t.pending = None;
     disarm_breakpoint(t);
+    if end == TraceEnd::Aborted(AbortReason::OutsideMappings) {
+        // Code the table does not know: maybe a library dlopen'ed since
+        // the worker last looked. It looks now.
+        if let Some(tracer) = super::tracer() {
+            tracer.exec.request_refresh();
+        }
+    }
     if let Some(b) = t.buffer.as_mut() {
         if b.is_open() {
             if !b.close_trace(end) {
