@@ -15,6 +15,11 @@ pub use pb::perf_event_attr as PerfEventAttr;
 /// `si_code` of a SIGTRAP raised by a perf event with `attr.sigtrap` set
 /// (include/uapi/asm-generic/siginfo.h).
 pub const TRAP_PERF: i32 = 6;
+/// `si_code` of a SIGTRAP the kernel raised for a debug exception it did
+/// not hand to perf: TRAP_BRKPT when DR6 gave no reason, TRAP_HWBKPT for a
+/// breakpoint register perf did not claim.
+pub const TRAP_BRKPT: i32 = 1;
+pub const TRAP_HWBKPT: i32 = 4;
 
 /// An OS error number, as read from errno right after a failed call.
 #[derive(Clone, Copy, PartialEq, Eq)]

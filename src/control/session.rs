@@ -571,6 +571,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
             threads_gone: tracer.host.threads_gone.load(Ordering::Relaxed),
             exec_map_lookups_given_up: tracer.exec.gave_up.load(Ordering::Relaxed),
             breakpoints_renewed: counters.breakpoints_renewed,
+            stray_debug_traps: counters.stray_debug_traps,
         },
     };
     let mut unwritten = Unwritten {

@@ -66,6 +66,9 @@ pub struct HostReport {
     /// Breakpoint events replaced after a hit delivered late (the thread
     /// had SIGTRAP blocked) or an abandoned handler.
     pub breakpoints_renewed: u64,
+    /// Debug exceptions at the tracer's breakpoint that the kernel could
+    /// not attribute, dropped instead of passed to the application.
+    pub stray_debug_traps: u64,
 }
 
 /// File names for a module's profiles: its basename, made unique when two
@@ -192,6 +195,7 @@ pub fn write_session(
         .num("threads_gone", h.threads_gone)
         .num("exec_map_lookups_given_up", h.exec_map_lookups_given_up)
         .num("breakpoints_renewed", h.breakpoints_renewed)
+        .num("stray_debug_traps", h.stray_debug_traps)
         .end_object();
     j.begin_array("modules");
     for (m, afdo, bolt, branches) in &module_rows {

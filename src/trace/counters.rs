@@ -85,6 +85,7 @@ counters!(
     dataflow_rewinds,
     handlers_abandoned,
     breakpoints_renewed,
+    stray_debug_traps,
 );
 
 impl Counters {
