@@ -142,6 +142,13 @@ pub fn register<'t>(
         t.buffer = tracer.pool.free.pop();
     }
     let raw = sample_fd.as_raw_fd();
+    // Armed while the slot is still ours alone (SETUP): once it is READY a
+    // stop may close it, and these descriptors with it, at any moment.
+    let entries = slot.entries.load(Ordering::SeqCst);
+    if let Err(e) = sys::perf_refresh(raw, 1) {
+        release(slot);
+        return Err(RegisterError::Arm(e));
+    }
     t.bp_fd = Some(bp_fd);
     t.sample_fd = Some(sample_fd);
     slot.sample_fd.store(raw, Ordering::Relaxed);
@@ -149,9 +156,12 @@ pub fn register<'t>(
     // store, and stop clears `running` before it reads the states, so
     // one of the two sees the other (see session::register_current_thread).
     slot.state.store(READY, Ordering::SeqCst);
-    if let Err(e) = sys::perf_refresh(raw, 1) {
-        close(tracer, slot, AbortReason::SessionStop, Closer::Owner);
-        return Err(RegisterError::Arm(e));
+    if slot.entries.load(Ordering::SeqCst) != entries {
+        // A sample came before the slot was ready and was refused, which
+        // left sampling off: arm it again. Should a stop have closed the
+        // slot meanwhile, this fails on a closed descriptor, or at worst
+        // gives one extra sample to the event that reused its number.
+        let _ = sys::perf_refresh(raw, 1);
     }
     tracer.threads_registered.fetch_add(1, Ordering::Relaxed);
     Ok(Some(slot))
