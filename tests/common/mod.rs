@@ -191,7 +191,7 @@ pub fn counter(summary: &serde_json::Value, path: &str) -> u64 {
         .unwrap_or_else(|| panic!("summary.json {path} is not a count: {value}"))
 }
 
-pub const ABORT_KINDS: [&str; 10] = [
+pub const ABORT_KINDS: [&str; 11] = [
     "rseq",
     "sp_mismatch",
     "pc_mismatch",
@@ -202,6 +202,7 @@ pub const ABORT_KINDS: [&str; 10] = [
     "thread_exit",
     "session_stop",
     "breakpoint_failed",
+    "handler_abandoned",
 ];
 pub const DROP_KINDS: [&str; 5] = [
     "no_free_buffer",
