@@ -62,10 +62,14 @@ pub enum AbortReason {
     CheckpointUnreached,
     /// Emulate mode: the next instruction faults (the program's own fault).
     EmulationFault,
+    /// The handler following the trace never returned (an application
+    /// signal handler run inside it left by longjmp); the next handler of
+    /// the thread ended the trace.
+    HandlerAbandoned,
 }
 
 impl AbortReason {
-    pub const ALL: [AbortReason; 13] = [
+    pub const ALL: [AbortReason; 14] = [
         AbortReason::Rseq,
         AbortReason::SpMismatch,
         AbortReason::PcMismatch,
@@ -79,6 +83,7 @@ impl AbortReason {
         AbortReason::SpeculationMismatch,
         AbortReason::CheckpointUnreached,
         AbortReason::EmulationFault,
+        AbortReason::HandlerAbandoned,
     ];
 
     /// The name used in summary.json.
@@ -97,6 +102,7 @@ impl AbortReason {
             AbortReason::SpeculationMismatch => "speculation_mismatch",
             AbortReason::CheckpointUnreached => "checkpoint_unreached",
             AbortReason::EmulationFault => "emulation_fault",
+            AbortReason::HandlerAbandoned => "handler_abandoned",
         }
     }
 }

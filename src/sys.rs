@@ -18,6 +18,11 @@ pub use pb::perf_event_attr as PerfEventAttr;
 /// `si_code` of a SIGTRAP raised by a perf event with `attr.sigtrap` set
 /// (include/uapi/asm-generic/siginfo.h).
 pub const TRAP_PERF: i32 = 6;
+/// `si_code` of a SIGTRAP the kernel raised for a debug exception it did
+/// not hand to perf: TRAP_BRKPT when DR6 gave no reason, TRAP_HWBKPT for a
+/// breakpoint register perf did not claim.
+pub const TRAP_BRKPT: i32 = 1;
+pub const TRAP_HWBKPT: i32 = 4;
 
 /// An OS error number, as read from errno right after a failed call.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -107,11 +112,12 @@ pub fn thread_alive(tid: i32) -> bool {
 
 /// Sends `sig` to thread `tid` of this process. Async-signal-safe.
 pub fn tgkill(tid: i32, sig: i32) -> Result<(), Errno> {
-    // SAFETY: tgkill with our own pid only targets threads of this process.
-    let pid = unsafe { raw::syscall4(libc::SYS_getpid, 0, 0, 0, 0) };
-    // SAFETY: as above.
-    check_raw(unsafe { raw::syscall4(libc::SYS_tgkill, pid as u64, tid as u64, sig as u64, 0) })
-        .map(drop)
+    // SAFETY: getpid cannot fail; tgkill with our own pid only targets
+    // threads of this process.
+    unsafe {
+        let pid = raw::syscall4(libc::SYS_getpid, 0, 0, 0, 0);
+        check_raw(raw::syscall4(libc::SYS_tgkill, pid as u64, tid as u64, sig as u64, 0)).map(drop)
+    }
 }
 
 /// Monotonic time in nanoseconds. Async-signal-safe (clock_gettime is on the
@@ -197,21 +203,53 @@ pub fn blank_attr() -> PerfEventAttr {
 }
 
 /// Opens a perf event on thread `tid` (0: the caller) of this process.
+/// Async-signal-safe (a raw syscall: a handler renews its breakpoint
+/// event with it).
 pub fn perf_event_open(attr: &mut PerfEventAttr, tid: i32) -> Result<OwnedFd, Errno> {
     // SAFETY: attr is a valid, fully initialised attribute of the size it
-    // declares; the flags ask for a close-on-exec fd we take ownership of.
-    let fd = unsafe {
-        perf_event_open_sys::perf_event_open(attr, tid, -1, -1, pb::PERF_FLAG_FD_CLOEXEC as _)
-    };
-    check(fd as libc::c_long)?;
+    // declares; cpu -1 and no group; the flags ask for a close-on-exec fd
+    // we take ownership of.
+    let fd = check_raw(unsafe {
+        raw::syscall5(
+            libc::SYS_perf_event_open,
+            attr as *mut PerfEventAttr as u64,
+            tid as i64 as u64,
+            -1i64 as u64,
+            -1i64 as u64,
+            pb::PERF_FLAG_FD_CLOEXEC as u64,
+        )
+    })?;
     // SAFETY: the kernel just returned this fd to us and nobody else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Closes `fd` with a raw syscall. Async-signal-safe (dropping an
+/// `OwnedFd` calls libc's close, which a handler must not run).
+pub fn close_owned(fd: OwnedFd) {
+    use std::os::fd::IntoRawFd;
+    close_raw(fd.into_raw_fd());
 }
 
 /// `PERF_EVENT_IOC_REFRESH`: enable `fd` for `overflows` more overflows, then
 /// let the kernel disable it again. Async-signal-safe.
 pub fn perf_refresh(fd: RawFd, overflows: i32) -> Result<(), Errno> {
     ioctl(fd, pb::REFRESH as u64, overflows as u64)
+}
+
+/// A perf ioctl as a raw syscall (see `raw`). Async-signal-safe.
+fn ioctl(fd: RawFd, request: u64, arg: u64) -> Result<(), Errno> {
+    // SAFETY: perf ioctls on a perf fd; `arg` is a value or a pointer the
+    // caller keeps valid; a wrong fd only yields EBADF/ENOTTY.
+    check_raw(unsafe { raw::syscall4(libc::SYS_ioctl, fd as u64, request, arg, 0) }).map(drop)
+}
+
+/// `PERF_EVENT_IOC_PERIOD`: a new sample period, from the next one on.
+/// Async-signal-safe.
+pub fn perf_set_period(fd: RawFd, period: u64) -> Result<(), Errno> {
+    // The kernel reads the new period through a pointer (_IOW of a u64);
+    // perf-event-open-sys types the argument as the u64 itself, so the
+    // pointer goes in its place.
+    ioctl(fd, pb::PERIOD as u64, &period as *const u64 as u64)
 }
 
 /// `PERF_EVENT_IOC_DISABLE`. Async-signal-safe.
@@ -222,13 +260,6 @@ pub fn perf_disable(fd: RawFd) -> Result<(), Errno> {
 /// `PERF_EVENT_IOC_ENABLE`. Async-signal-safe.
 pub fn perf_enable(fd: RawFd) -> Result<(), Errno> {
     ioctl(fd, pb::ENABLE as u64, 0)
-}
-
-/// A perf ioctl as a raw syscall (see `raw`). Async-signal-safe.
-fn ioctl(fd: RawFd, request: u64, arg: u64) -> Result<(), Errno> {
-    // SAFETY: perf ioctls on a perf fd; `arg` is a value or a pointer the
-    // caller keeps valid; a wrong fd only yields EBADF/ENOTTY.
-    check_raw(unsafe { raw::syscall4(libc::SYS_ioctl, fd as u64, request, arg, 0) }).map(drop)
 }
 
 /// `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` for a breakpoint event: the kernel
@@ -288,27 +319,200 @@ pub unsafe fn real_sigaction(
     check(unsafe { real_sigaction_fn()(sig, act, old) } as libc::c_long).map(drop)
 }
 
+/// The signals a handler blocks while it runs (besides its own signal,
+/// which the kernel blocks unless SA_NODEFER).
+#[derive(Clone, Copy, Debug)]
+pub enum Blocked<'a> {
+    /// These signals only.
+    These(&'a [i32]),
+    /// Every signal but those a fault raises (SIGSEGV, SIGBUS, SIGILL,
+    /// SIGFPE, SIGSYS): a fault with its signal blocked kills the process,
+    /// so those stay deliverable.
+    AllButFaults,
+}
+
+/// Signals a fault raises synchronously.
+pub const FAULT_SIGNALS: [i32; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGSYS,
+];
+
+impl Blocked<'_> {
+    pub fn mask(self) -> libc::sigset_t {
+        // SAFETY: sigset_t is plain data; sigemptyset/sigfillset initialise it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid sigset for all the calls below.
+        unsafe {
+            match self {
+                Blocked::These(signals) => {
+                    libc::sigemptyset(&mut set);
+                    for &s in signals {
+                        libc::sigaddset(&mut set, s);
+                    }
+                }
+                Blocked::AllButFaults => {
+                    libc::sigfillset(&mut set);
+                    for s in FAULT_SIGNALS {
+                        libc::sigdelset(&mut set, s);
+                    }
+                    // glibc's sigfillset leaves out its two internal
+                    // signals (32: thread cancellation, 33: set*id), and
+                    // its sigaddset refuses them; asynchronous cancellation
+                    // must not unwind a thread out of the handler either.
+                    // The kernel's mask is the first 64 bits.
+                    let bits = (&mut set as *mut libc::sigset_t).cast::<u64>();
+                    *bits |= (1u64 << (32 - 1)) | (1u64 << (33 - 1));
+                }
+            }
+        }
+        set
+    }
+}
+
 /// Installs `handler` for `sig` with SA_SIGINFO | SA_RESTART and `flags`,
 /// blocking `blocked` while it runs, and returns the previous action.
 pub fn install_handler(
     sig: i32,
     handler: SigactionFn,
-    blocked: &[i32],
+    blocked: Blocked,
     flags: i32,
 ) -> Result<libc::sigaction, Errno> {
     // SAFETY: sigaction structs are plain data; zero is a valid empty mask.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
     act.sa_sigaction = handler as usize;
     act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | flags;
-    for &b in blocked {
-        // SAFETY: act.sa_mask is a valid sigset.
-        unsafe { libc::sigaddset(&mut act.sa_mask, b) };
-    }
+    act.sa_mask = blocked.mask();
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: act and old are valid; the handler is async-signal-safe.
     unsafe { real_sigaction(sig, &act, &mut old)? };
     Ok(old)
+}
+
+/// Replaces the calling thread's signal mask, returning the old one (the
+/// raw rt_sigprocmask: async-signal-safe, no libc bookkeeping).
+pub fn set_signal_mask(mask: &libc::sigset_t) -> libc::sigset_t {
+    // SAFETY: plain data.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid sigsets of the kernel's size (8 bytes on x86-64).
+    unsafe {
+        raw::syscall4(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as u64,
+            mask as *const libc::sigset_t as u64,
+            &mut old as *mut libc::sigset_t as u64,
+            8,
+        )
+    };
+    old
+}
+
+/// The kernel's part of a sigset (signals 1 to 64, bit n - 1 for signal n).
+fn kernel_bits(set: &mut libc::sigset_t) -> &mut u64 {
+    // SAFETY: sigset_t is at least 8 bytes and 8-aligned on x86-64; its
+    // first 8 bytes are what the kernel reads.
+    unsafe { &mut *(set as *mut libc::sigset_t).cast::<u64>() }
+}
+
+/// Adds `sig` to `set` without calling libc. Async-signal-safe.
+pub fn sigset_add(set: &mut libc::sigset_t, sig: i32) {
+    *kernel_bits(set) |= 1u64 << ((sig - 1) & 63);
+}
+
+/// Adds every signal of `other` to `set`. Async-signal-safe.
+pub fn sigset_union(set: &mut libc::sigset_t, other: &libc::sigset_t) {
+    let mut o = *other;
+    *kernel_bits(set) |= *kernel_bits(&mut o);
+}
+
+/// Ends the process at once with `status`: the exit_group system call,
+/// which is what the C library's `_exit` is. Async-signal-safe; nothing to
+/// resolve, no lock, no memory.
+pub fn exit_group(status: i32) -> ! {
+    // SAFETY: exit_group does not return.
+    unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    // Unreachable; keeps the type honest if the call ever returned.
+    std::process::abort()
+}
+
+/// Closes a raw descriptor the library owns but holds no owned handle for
+/// (the child of a fork closing its copies). Async-signal-safe.
+pub fn close_raw(fd: RawFd) {
+    // SAFETY: closing a descriptor number; the caller says it is ours.
+    unsafe { raw::syscall4(libc::SYS_close, fd as u64, 0, 0, 0) };
+}
+
+/// Removes a file named by a NUL-terminated path. Async-signal-safe.
+pub fn unlink_raw(path: &[u8]) {
+    if path.last() == Some(&0) {
+        // SAFETY: a NUL-terminated path.
+        unsafe { libc::unlink(path.as_ptr().cast()) };
+    }
+}
+
+/// The C library's running totals of objects loaded and unloaded (dlopen,
+/// dlclose): when either changed, the mappings of code changed. Not for
+/// handlers (dl_iterate_phdr takes the loader's lock).
+pub fn loaded_object_changes() -> (u64, u64) {
+    extern "C" fn first(info: *mut libc::dl_phdr_info, size: usize, out: *mut c_void) -> i32 {
+        let enough =
+            std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>();
+        if size >= enough {
+            // SAFETY: the C library passes a valid info of `size` bytes and
+            // our out-pointer.
+            unsafe {
+                let info = &*info;
+                *out.cast::<(u64, u64)>() = (info.dlpi_adds, info.dlpi_subs);
+            }
+        }
+        1 // the counts are the same in every entry: stop at the first
+    }
+    let mut counts = (0u64, 0u64);
+    // SAFETY: a valid callback and out-pointer for the duration of the call.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&mut counts as *mut (u64, u64)).cast()) };
+    counts
+}
+
+/// Sleeps until `word` is woken by [`futex_wake`] (or no longer holds
+/// `expected`), at most `timeout`.
+pub fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: std::time::Duration,
+) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: a futex wait on a valid, aligned u32 of this process.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+        )
+    };
+}
+
+/// Wakes a thread sleeping in [`futex_wait`] on `word`. Async-signal-safe
+/// (one system call).
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: a futex wake on a valid, aligned u32 of this process (raw:
+    // a handler calls this).
+    unsafe {
+        raw::syscall4(
+            libc::SYS_futex,
+            word.as_ptr() as u64,
+            (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as u64,
+            1,
+            0,
+        )
+    };
 }
 
 /// Puts back the default action of `sig` and sends `sig` to the calling
@@ -349,45 +553,20 @@ pub fn siginfo_perf_data(info: &libc::siginfo_t) -> u64 {
     }
 }
 
-/// Blocks `set` in the calling thread and returns the previous mask.
-/// Async-signal-safe (one rt_sigprocmask).
-pub fn block_signals(set: &libc::sigset_t) -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid sigset pointers (the kernel reads and writes its first
-    // 8 bytes); only this thread's mask changes.
-    unsafe {
-        raw::syscall4(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_BLOCK as u64,
-            set as *const libc::sigset_t as u64,
-            &mut old as *mut libc::sigset_t as u64,
-            8,
-        )
-    };
-    old
-}
+/// `si_perf_flags` of a SIGTRAP raised by a perf event (the u32 after
+/// si_perf_type), and its bit saying the signal was raised while the
+/// thread blocked it (so delivered late). Linux 6.0 and later; 0 before.
+pub const TRAP_PERF_FLAG_ASYNC: u32 = 1;
 
-/// Sets the calling thread's signal mask. Async-signal-safe.
-pub fn set_signal_mask(set: &libc::sigset_t) {
-    // SAFETY: as in `block_signals`.
+pub fn siginfo_perf_flags(info: &libc::siginfo_t) -> u32 {
+    // SAFETY: siginfo_t is 128 bytes; _sigfault._perf is si_perf_data (u64
+    // at 24), si_perf_type (u32 at 32), si_perf_flags (u32 at 36).
     unsafe {
-        raw::syscall4(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK as u64,
-            set as *const libc::sigset_t as u64,
-            0,
-            8,
-        )
-    };
-}
-
-/// Adds `sig` to `set` without calling libc. Async-signal-safe.
-pub fn sigset_add(set: &mut libc::sigset_t, sig: i32) {
-    // SAFETY: the kernel's sigset is the first 8 bytes of sigset_t, bit
-    // sig - 1 for signal sig.
-    let bits = unsafe { &mut *(set as *mut libc::sigset_t).cast::<u64>() };
-    *bits |= 1u64 << ((sig - 1) & 63);
+        *((info as *const libc::siginfo_t)
+            .cast::<u8>()
+            .add(36)
+            .cast::<u32>())
+    }
 }
 
 /// Runs `f` (which spawns a thread) with every signal blocked in the
@@ -596,10 +775,10 @@ pub fn fd_identity(fd: RawFd) -> Option<(u64, u64)> {
 }
 
 /// Registers fork handlers (pthread_atfork).
-pub fn at_fork(child: extern "C" fn()) {
-    // SAFETY: the handler is a plain extern "C" function living as long as
+pub fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: the handlers are plain extern "C" functions living as long as
     // the library (which is never unloaded: it is preloaded).
-    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
 }
 
 /// Registers an exit handler (atexit).
@@ -618,6 +797,32 @@ mod tests {
         assert!(std::mem::size_of::<PerfEventAttr>() >= 136);
         assert_eq!(std::mem::offset_of!(PerfEventAttr, sig_data), 120);
         assert_eq!(std::mem::size_of::<libc::siginfo_t>(), 128);
+    }
+
+    #[test]
+    fn the_handler_mask_blocks_all_but_faults() {
+        let mask = Blocked::AllButFaults.mask();
+        // SAFETY: a valid sigset.
+        let has = |s| unsafe { libc::sigismember(&mask, s) } == 1;
+        for s in [
+            libc::SIGALRM,
+            libc::SIGPROF,
+            libc::SIGINT,
+            libc::SIGTRAP,
+            libc::SIGCHLD,
+        ] {
+            assert!(has(s), "signal {s} not blocked");
+        }
+        for s in FAULT_SIGNALS {
+            assert!(!has(s), "fault signal {s} blocked");
+        }
+        // SAFETY: the first 64 bits are the kernel's mask.
+        let bits = unsafe { *(&mask as *const libc::sigset_t).cast::<u64>() };
+        assert_eq!(
+            bits & (3 << 31),
+            3 << 31,
+            "glibc's internal signals 32 and 33"
+        );
     }
 
     #[test]

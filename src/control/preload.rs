@@ -1,13 +1,22 @@
 //! What LD_PRELOAD exposes: the load-time constructor (control thread,
 //! autostart), the exit and fork hooks, and the interposed `pthread_create`
 //! (threads created during a session are traced from their first
-//! instruction), `sigaction` and `signal` (the application's SIGTRAP
-//! handler is chained behind ours, never installed over it).
+//! instruction, and close their slot as they end, however they end),
+//! `sigaction` and `signal` (the application's SIGTRAP handler is chained
+//! behind ours, never installed over it) and `_exit`.
+//!
+//! A forked child (without exec) is left as it would be without the
+//! library: the fork hook closes the library's copies of descriptors and
+//! starts nothing, so the child has the threads and descriptors it has
+//! natively (a process must be single-threaded to enter a new user
+//! namespace, for one). It is not profiled and has no control socket; a
+//! child that execs loads the library afresh.
 //!
 //! Nothing here runs when the library is linked as an rlib (tests, tools):
 //! the constructor acts only when the library is really preloaded.
 
 use std::ffi::c_void;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
@@ -27,6 +36,9 @@ static SOCKET_OWNER: AtomicI32 = AtomicI32::new(0);
 /// child shares our memory but not our pid: it must not stop our session.
 static AUTOSTARTED: AtomicI32 = AtomicI32::new(0);
 static PRELOADED: AtomicBool = AtomicBool::new(false);
+/// The control socket's listening descriptor (-1: none): a fork child
+/// closes its copy.
+static LISTENER_FD: AtomicI32 = AtomicI32::new(-1);
 
 fn env(key: &str) -> Option<String> {
     std::env::var(key).ok()
@@ -55,6 +67,8 @@ fn start_control_thread() {
     match place.bind() {
         Ok(listener) => {
             SOCKET_OWNER.store(sys::getpid(), Ordering::Release);
+            LISTENER_FD.store(listener.as_raw_fd(), Ordering::Release);
+            terminate::set_socket(&path);
             let _ = SOCKET_PATH.set(path);
             // The thread marks itself as the library's before `start` can
             // enumerate threads: wait for that, so it is never traced.
@@ -136,13 +150,24 @@ extern "C" fn at_exit() {
     }
 }
 
+extern "C" fn before_fork() {
+    session::before_fork();
+}
+
+extern "C" fn after_fork_in_parent() {
+    session::after_fork_in_parent();
+}
+
+/// The fork hook, in the child: forget the parent's session, close the
+/// library's copies of the parent's descriptors, start nothing (see the
+/// module doc).
 extern "C" fn after_fork_in_child() {
     session::reset_after_fork();
+    terminate::reset_after_fork();
     AUTOSTARTED.store(0, Ordering::Release);
-    // A child may be started again through its own per-pid socket; an
-    // explicit socket path belongs to the parent.
-    if !matches!(socket_place(), SocketPlace::Explicit(_)) {
-        start_control_thread();
+    let listener = LISTENER_FD.swap(-1, Ordering::AcqRel);
+    if listener >= 0 {
+        sys::close_raw(listener);
     }
 }
 
@@ -154,7 +179,12 @@ extern "C" fn init() {
         sys::write_stderr(format!("breakdance: internal error: {info}\n").as_bytes());
     }));
     sys::warm_sigaction();
-    sys::at_fork(after_fork_in_child);
+    // Resolved now, so that no interposer looks a symbol up later, in
+    // whatever context the application calls it.
+    real_pthread_create();
+    real_signal();
+    thread_exit_key();
+    sys::at_fork(before_fork, after_fork_in_parent, after_fork_in_child);
     sys::at_exit(at_exit);
     start_control_thread();
     if env("BREAKDANCE_AUTOSTART").as_deref() == Some("1") {
@@ -163,8 +193,8 @@ extern "C" fn init() {
         match started {
             Ok(_) => {
                 AUTOSTARTED.store(sys::getpid(), Ordering::Release);
-                if let Some(path) = SOCKET_PATH.get() {
-                    terminate::install(path);
+                if SOCKET_PATH.get().is_some() {
+                    terminate::install();
                 }
             }
             Err(e) => sys::write_stderr(format!("breakdance: not profiling: {e}\n").as_bytes()),
@@ -200,18 +230,53 @@ fn real_pthread_create() -> RealPthreadCreate {
     unsafe { std::mem::transmute::<usize, RealPthreadCreate>(sym) }
 }
 
+type UnwindingStartRoutine = extern "C-unwind" fn(*mut c_void) -> *mut c_void;
+
 struct Start {
     routine: StartRoutine,
     arg: *mut c_void,
 }
 
-extern "C" fn traced_thread(start: *mut c_void) -> *mut c_void {
-    // SAFETY: made by Box::into_raw in pthread_create below, used once.
-    let start = unsafe { Box::from_raw(start.cast::<Start>()) };
-    session::register_current_thread();
-    let ret = (start.routine)(start.arg);
+/// The key whose destructor closes a traced thread's slot as it ends: the
+/// C library runs it for every end of a thread it created (return from the
+/// start routine, pthread_exit, cancellation).
+fn thread_exit_key() -> libc::pthread_key_t {
+    static KEY: OnceLock<libc::pthread_key_t> = OnceLock::new();
+    *KEY.get_or_init(|| {
+        let mut key = 0;
+        // SAFETY: a valid out-pointer and a destructor that lives as long
+        // as the library (which is never unloaded: it is preloaded).
+        if unsafe { libc::pthread_key_create(&mut key, Some(thread_ending)) } != 0 {
+            crate::fatal(b"breakdance: cannot create a thread-specific key\n");
+        }
+        key
+    })
+}
+
+unsafe extern "C" fn thread_ending(_value: *mut c_void) {
     session::unregister_current_thread();
-    ret
+}
+
+/// The start routine of a traced thread: registers it, arms its exit hook
+/// and runs the application's routine.
+///
+/// pthread_exit and cancellation end the thread by unwinding through this
+/// frame, so it is "C-unwind" and holds nothing to drop when the
+/// application's routine runs (a plain old frame): the box is consumed
+/// before, and the slot is closed by the key's destructor, not here.
+extern "C-unwind" fn traced_thread(start: *mut c_void) -> *mut c_void {
+    // SAFETY: made by Box::into_raw in pthread_create below, used once;
+    // moving out of it frees it at the end of this statement.
+    let Start { routine, arg } = *unsafe { Box::from_raw(start.cast::<Start>()) };
+    if session::register_current_thread() {
+        // SAFETY: a key made by thread_exit_key; any non-null value arms
+        // the destructor.
+        unsafe { libc::pthread_setspecific(thread_exit_key(), std::ptr::dangling::<c_void>()) };
+    }
+    // SAFETY: the same function, called with the C ABI it was given as; C
+    // code may leave it by forced unwinding, which "C-unwind" allows.
+    let routine: UnwindingStartRoutine = unsafe { std::mem::transmute(routine) };
+    routine(arg)
 }
 
 /// Interposed pthread_create: while a session runs, the new thread
@@ -232,8 +297,11 @@ pub unsafe extern "C" fn pthread_create(
         return unsafe { real(thread, attr, routine, arg) };
     }
     let start = Box::into_raw(Box::new(Start { routine, arg }));
+    // SAFETY: the same ABI but for unwinding, which C allows through it.
+    let wrapper: StartRoutine =
+        unsafe { std::mem::transmute(traced_thread as UnwindingStartRoutine) };
     // SAFETY: forwarded contract; traced_thread takes ownership of start.
-    let ret = unsafe { real(thread, attr, traced_thread, start.cast()) };
+    let ret = unsafe { real(thread, attr, wrapper, start.cast()) };
     if ret != 0 {
         // SAFETY: the thread was not created; the box is still ours.
         drop(unsafe { Box::from_raw(start) });
@@ -311,25 +379,49 @@ pub unsafe extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::
             Err(_) => libc::SIG_ERR,
         };
     }
+    // SAFETY: the C library's signal, forwarded contract.
+    unsafe { real_signal()(sig, handler) }
+}
+
+fn real_signal() -> RealSignal {
     static REAL: OnceLock<usize> = OnceLock::new();
     let sym = *REAL.get_or_init(|| next_symbol(c"signal") as usize);
     // SAFETY: the symbol is libc's signal.
-    unsafe { std::mem::transmute::<usize, RealSignal>(sym)(sig, handler) }
+    unsafe { std::mem::transmute::<usize, RealSignal>(sym) }
 }
 
-type RealExit = unsafe extern "C" fn(i32) -> !;
-
 /// Interposed `_exit`: programs that leave through `_exit` (shells do)
-/// skip atexit handlers; an autostarted session is stopped and written
-/// first so that nothing recorded is lost.
+/// skip atexit handlers, so an autostarted session would lose its profile.
+///
+/// `_exit` is called from anywhere: signal handlers, forked and vforked
+/// children, a thread interrupted while it held a lock. So this does only
+/// what is safe in every one of them, with system calls alone (no lock,
+/// allocation, file write or symbol lookup here):
+///
+/// - in the process whose session was autostarted, while it runs: ask the
+///   control thread over the control socket to stop and write the profile,
+///   and wait for its answer, at most `terminate::WRITE_TIMEOUT_S` (the
+///   writing happens on the control thread, in its own context; should it
+///   block, on a lock the caller holds, the wait ends and the process
+///   exits without the profile);
+/// - in that process, remove the control socket it created;
+/// - then exit_group, which is what the C library's `_exit` does.
+///
+/// A fork or vfork child (another pid) does nothing but exit: the session
+/// and the socket are its parent's.
 ///
 /// # Safety
 /// As _exit(2).
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: i32) -> ! {
-    at_exit();
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let sym = *REAL.get_or_init(|| next_symbol(c"_exit") as usize);
-    // SAFETY: the symbol is libc's _exit.
-    unsafe { std::mem::transmute::<usize, RealExit>(sym)(status) }
+    let pid = sys::getpid();
+    if AUTOSTARTED.load(Ordering::Acquire) == pid && session::session_running() {
+        terminate::ask_to_stop();
+    }
+    if SOCKET_OWNER.load(Ordering::Acquire) == pid {
+        if let Some(path) = terminate::socket_path_bytes() {
+            sys::unlink_raw(path);
+        }
+    }
+    sys::exit_group(status)
 }

@@ -2,9 +2,12 @@
 //!
 //! Two locks, both spin locks that a fork child can reset (a std Mutex held
 //! by another thread at fork time would stay locked forever in the child):
-//! `CONTROL` serialises the control operations; `REGISTRY` serialises
-//! thread registration (threads created during a session register
-//! themselves) against start and stop. Neither is ever taken in a handler.
+//! `CONTROL` serialises the control operations; `REGISTRY` holds the
+//! sampling event threads created during a session register with, taken
+//! only to copy it. Registration itself runs without a lock, so that many
+//! threads starting together register in parallel; it meets start and stop
+//! through the session epoch and the `running` flag (see
+//! `register_current_thread`). Neither lock is ever taken in a handler.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -22,7 +25,7 @@ use crate::output::{self, SessionReport};
 use crate::sys;
 use crate::trace::exec_map::MemoryLayout;
 use crate::trace::threads::{self, RegisterError, SamplingEvent};
-use crate::trace::{self, chain, handler, Tracer};
+use crate::trace::{self, chain, handler, Closer, Tracer};
 
 use super::config::{self, Options, Resolved, StopOptions};
 
@@ -88,6 +91,21 @@ impl<T> Drop for SpinGuard<'_, T> {
     fn drop(&mut self) {
         self.0.locked.store(false, Ordering::Release);
     }
+}
+
+/// Held by the worker while it has files of its own open (reading the
+/// maps and the modules' ELF files) and by a fork while it copies the
+/// process: a forked child never inherits one of those descriptors.
+static FORK_GUARD: SpinLock<()> = SpinLock::new(());
+
+/// The fork hooks' side of `FORK_GUARD`: taken before fork, released after
+/// it in the parent; the child resets it (`reset_after_fork`).
+pub fn before_fork() {
+    std::mem::forget(FORK_GUARD.lock());
+}
+
+pub fn after_fork_in_parent() {
+    FORK_GUARD.force_unlock();
 }
 
 /// Threads of the library itself, never traced.
@@ -250,38 +268,66 @@ fn layout(mods: &[Module]) -> MemoryLayout {
     }
 }
 
-/// The worker: aggregates full buffers, and follows changes of the
-/// mappings (dlopen) so that new code is traced and named.
+/// How often the worker looks at /proc/self/maps for code mapped without
+/// the dynamic loader (dlopen is noticed at once), and sweeps the thread
+/// table (threads that ended, stuck slots).
+const LOOK_EVERY_NS: u64 = 200_000_000;
+
+/// The worker: aggregates full buffers, follows changes of the mappings
+/// (dlopen and dlclose at once, other mappings within `LOOK_EVERY_NS`) so
+/// that new code is traced and named, and sweeps the thread table.
+///
+/// `last_maps` and `last_loads` are what the table was made from at start
+/// (read there, not here: a dlopen between the two would go unnoticed).
 fn worker(
     tracer: &'static Tracer,
     stop: Arc<AtomicBool>,
     ready: std::sync::mpsc::Sender<()>,
+    mut last_maps: String,
+    mut last_loads: (u64, u64),
 ) -> (Aggregate, Vec<Module>) {
     mark_own_thread();
     let _ = ready.send(());
     let mut agg = Aggregate::default();
     let mut seen: Vec<Module> = Vec::new();
-    let mut last_maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let mut last_check = sys::now_ns();
+    let mut last_look = sys::now_ns();
+    let mut requested = false;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let drained = aggregate::drain(&tracer.pool, &mut agg);
-        if sys::now_ns() - last_check > 200_000_000 {
-            last_check = sys::now_ns();
+        let loads = sys::loaded_object_changes();
+        let look = sys::now_ns() - last_look > LOOK_EVERY_NS;
+        if loads != last_loads || look || requested {
+            let _no_fork = FORK_GUARD.lock();
             if let Ok(text) = std::fs::read_to_string("/proc/self/maps") {
                 if text != last_maps {
                     let mods = traced_modules(&modules::parse_maps(&text));
                     tracer.exec.update(&layout(&mods));
-                    seen.extend(mods);
+                    for m in mods {
+                        if !seen
+                            .iter()
+                            .any(|s| s.path == m.path && s.load_address == m.load_address)
+                        {
+                            seen.push(m);
+                        }
+                    }
                     last_maps = text;
                 }
             }
+            last_loads = loads;
         }
+        if look {
+            last_look = sys::now_ns();
+            threads::sweep(tracer);
+        }
+        requested = false;
         if drained == 0 {
             if stopping {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            requested = tracer
+                .exec
+                .wait_for_refresh_request(Duration::from_millis(5));
         }
     }
     unmark_own_thread();
@@ -298,19 +344,30 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     let resolved = config::resolve(options, options.event.is_none() && pmu_available())?;
     warm_up();
     let tracer = trace::tracer_or_init();
-    let mods = traced_modules(&modules::read_self_maps().map_err(StartError::Proc)?);
+    // Slots a previous session had to leave behind (a handler that was
+    // abandoned, then took its slot back after that session stopped).
+    threads::close_all(tracer);
+    // The loader's counts before the maps: a dlopen in between shows as a
+    // change to the worker.
+    let loads = sys::loaded_object_changes();
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(StartError::Proc)?;
+    let mods = traced_modules(&modules::parse_maps(&maps));
     tracer.exec.update(&layout(&mods));
     tracer.retired.reset();
+    tracer.host.reset();
     tracer.table_full.store(0, Ordering::Relaxed);
     tracer.threads_registered.store(0, Ordering::Relaxed);
     tracer.lbr.store(resolved.lbr, Ordering::Relaxed);
     tracer
         .dataflow
         .store(resolved.dataflow as u8, Ordering::Relaxed);
+    // Every asynchronous signal is blocked while the handler runs: an
+    // application handler never runs inside it (it would find the slot
+    // busy, or leave ours half-way by longjmp).
     chain::install(
         libc::SIGTRAP,
         handler::on_sigtrap,
-        &super::terminate::TERMINATING,
+        sys::Blocked::AllButFaults,
         chain::Kind::Trap,
     )
     .map_err(StartError::Handler)?;
@@ -319,7 +376,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         // of the application's; built before any thread is traced.
         crate::emulate::warm();
         for sig in [libc::SIGSEGV, libc::SIGBUS] {
-            chain::install(sig, chain::on_fault, &[], chain::Kind::Fault)
+            chain::install(sig, chain::on_fault, sys::Blocked::These(&[]), chain::Kind::Fault)
                 .map_err(StartError::Handler)?;
         }
     }
@@ -334,7 +391,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         let handle = sys::with_signals_blocked(|| {
             std::thread::Builder::new()
                 .name("breakdance-worker".into())
-                .spawn(move || worker(tracer, stop, ready_tx))
+                .spawn(move || worker(tracer, stop, ready_tx, maps, loads))
         })
         .map_err(StartError::Proc)?;
         // Marked as the library's before threads are enumerated.
@@ -342,18 +399,18 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         handle
     };
 
-    let mut registry = REGISTRY.lock();
+    // Threads registering themselves wait for `running`; those found here
+    // are registered by this thread.
     let mut registered = 0u64;
     let tids = sys::thread_ids().map_err(StartError::Proc)?;
     for tid in tids.into_iter().filter(|t| !is_own_thread(*t)) {
         match threads::register(tracer, tid, &resolved.sampling) {
-            Ok(()) => registered += 1,
+            Ok(_) => registered += 1,
             // A thread that exited meanwhile.
             Err(RegisterError::Sampling(e) | RegisterError::Breakpoint(e))
                 if e.0 == libc::ESRCH => {}
             Err(e) if registered == 0 => {
                 threads::close_all(tracer);
-                drop(registry);
                 uninstall_handlers();
                 stop_worker.store(true, Ordering::Release);
                 let _ = worker.join();
@@ -363,9 +420,9 @@ pub fn start(options: &Options) -> Result<String, StartError> {
             Err(_) => {}
         }
     }
-    *registry = Some(resolved.sampling);
-    tracer.running.store(true, Ordering::Release);
-    drop(registry);
+    *REGISTRY.lock() = Some(resolved.sampling);
+    tracer.epoch.fetch_add(1, Ordering::SeqCst);
+    tracer.running.store(true, Ordering::SeqCst);
 
     let mut reply = Json::new();
     reply
@@ -389,25 +446,51 @@ pub fn start(options: &Options) -> Result<String, StartError> {
 }
 
 /// Registers the calling thread if a session runs (threads created during
-/// a session, from the pthread_create interposer).
-pub fn register_current_thread() {
-    let registry = REGISTRY.lock();
-    if let (Some(event), Some(tracer)) = (registry.as_ref(), trace::tracer()) {
-        let tid = sys::gettid();
-        // A slot under this tid is a dead thread's whose tid was reused.
-        if let Some(stale) = tracer.slot_of(tid) {
-            threads::close(tracer, stale, AbortReason::ThreadExit);
-        }
-        let _ = threads::register(tracer, tid, event);
+/// a session, from the pthread_create interposer). Returns whether it is
+/// traced now.
+///
+/// No lock is held while the events are opened. Against a stop, the
+/// thread's slot becomes `READY` before it reads `running` again, and stop
+/// clears `running` before it closes the slots (both sequentially
+/// consistent): either stop's close sees the slot ready, or this thread
+/// sees the session gone and closes its own slot. A stop and a new start in
+/// between move the epoch, which has the same effect.
+pub fn register_current_thread() -> bool {
+    let Some(tracer) = trace::tracer() else {
+        return false;
+    };
+    let epoch = tracer.epoch.load(Ordering::SeqCst);
+    if !tracer.running.load(Ordering::SeqCst) {
+        return false;
     }
+    let Some(event) = *REGISTRY.lock() else {
+        return false;
+    };
+    let tid = sys::gettid();
+    // A slot under this tid is that of a thread whose tid was reused, or
+    // this thread's own from start's enumeration: either way no handler of
+    // it runs now (this thread is not in one).
+    if let Some(stale) = tracer.slot_of(tid) {
+        threads::close(tracer, stale, AbortReason::ThreadExit, Closer::Owner);
+    }
+    let Ok(Some(slot)) = threads::register(tracer, tid, &event) else {
+        return false;
+    };
+    if tracer.epoch.load(Ordering::SeqCst) != epoch || !tracer.running.load(Ordering::SeqCst) {
+        threads::close(tracer, slot, AbortReason::SessionStop, Closer::Owner);
+        return false;
+    }
+    true
 }
 
-/// Unregisters the calling thread as it exits.
+/// Closes the calling thread's slot as it ends (its exit hook).
 pub fn unregister_current_thread() {
-    let _registry = REGISTRY.lock();
     if let Some(tracer) = trace::tracer() {
         if let Some(slot) = tracer.slot_of(sys::gettid()) {
-            threads::close(tracer, slot, AbortReason::ThreadExit);
+            let closed = threads::close(tracer, slot, AbortReason::ThreadExit, Closer::Owner);
+            if closed == trace::Closing::Taken {
+                tracer.host.threads_exited.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -454,11 +537,10 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
         return write(state, unwritten);
     };
     let tracer = trace::tracer_or_init();
-    let mut registry = REGISTRY.lock();
-    *registry = None;
-    tracer.running.store(false, Ordering::Release);
+    *REGISTRY.lock() = None;
+    tracer.running.store(false, Ordering::SeqCst);
+    tracer.epoch.fetch_add(1, Ordering::SeqCst);
     threads::close_all(tracer);
-    drop(registry);
     // The SIGTRAP handler stays: a trap the kernel raised just before an
     // event was closed can be delivered after stop returns, and under the
     // application's default action it would kill the process. The handler
@@ -502,6 +584,16 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
         threads: tracer.threads_registered.load(Ordering::Relaxed),
         counters,
         thread_table_full: tracer.table_full.load(Ordering::Relaxed),
+        host: output::HostReport {
+            handlers_abandoned: counters.handlers_abandoned,
+            slots_busy_at_stop: tracer.host.slots_busy_at_stop.load(Ordering::Relaxed),
+            stuck_slots_poked: tracer.host.stuck_slots_poked.load(Ordering::Relaxed),
+            threads_exited: tracer.host.threads_exited.load(Ordering::Relaxed),
+            threads_gone: tracer.host.threads_gone.load(Ordering::Relaxed),
+            exec_map_lookups_given_up: tracer.exec.gave_up.load(Ordering::Relaxed),
+            breakpoints_renewed: counters.breakpoints_renewed,
+            stray_debug_traps: counters.stray_debug_traps,
+        },
     };
     let mut unwritten = Unwritten {
         report,
@@ -577,9 +669,11 @@ fn uninstall_handlers() {
 /// In the child of a fork: no events, no worker, no holder of any lock.
 /// Drops the parent's session state without touching the parent's
 /// resources (the worker does not exist here) and gives SIGTRAP back.
+/// Only system calls and stores: nothing is started here.
 pub fn reset_after_fork() {
     CONTROL.force_unlock();
     REGISTRY.force_unlock();
+    FORK_GUARD.force_unlock();
     chain::reset_after_fork();
     *REGISTRY.lock() = None;
     if let Some(state) = CONTROL.lock().take() {
@@ -590,7 +684,8 @@ pub fn reset_after_fork() {
         t.store(0, Ordering::Relaxed);
     }
     if let Some(tracer) = trace::tracer() {
-        tracer.running.store(false, Ordering::Release);
+        tracer.running.store(false, Ordering::SeqCst);
+        tracer.exec.reset_after_fork();
         trace::forget_parent_threads(tracer);
     }
     uninstall_handlers();

@@ -28,7 +28,7 @@ use crate::sys;
 pub const TERMINATING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
 /// How long the handler waits for the profile to be written.
-const WRITE_TIMEOUT_S: i64 = 20;
+pub const WRITE_TIMEOUT_S: i64 = 20;
 
 /// sun_path of the control socket, NUL-terminated, set once at start.
 static SOCKET_PATH: std::sync::OnceLock<[u8; 108]> = std::sync::OnceLock::new();
@@ -40,9 +40,10 @@ fn index(sig: i32) -> Option<usize> {
     TERMINATING.iter().position(|&s| s == sig)
 }
 
-/// Installs the handler for each terminating signal still at its default
-/// action. `socket` is the control socket to ask.
-pub fn install(socket: &std::path::Path) {
+/// Records the control socket to ask, as a NUL-terminated sun_path, so
+/// that asking later needs no allocation (paths that do not fit are not
+/// recorded, and asking then does nothing).
+pub fn set_socket(socket: &std::path::Path) {
     use std::os::unix::ffi::OsStrExt;
     let bytes = socket.as_os_str().as_bytes();
     if bytes.len() >= 108 {
@@ -51,6 +52,29 @@ pub fn install(socket: &std::path::Path) {
     let mut path = [0u8; 108];
     path[..bytes.len()].copy_from_slice(bytes);
     let _ = SOCKET_PATH.set(path);
+}
+
+/// The control socket's path, NUL-terminated, once recorded.
+pub fn socket_path_bytes() -> Option<&'static [u8]> {
+    SOCKET_PATH.get().map(|p| {
+        let len = p.iter().position(|&b| b == 0).unwrap_or(p.len() - 1);
+        &p[..=len]
+    })
+}
+
+/// Asks the control thread to stop the session and write the profile, and
+/// waits for its answer (at most `WRITE_TIMEOUT_S`). Async-signal-safe: the
+/// calling thread only makes system calls; the writing happens on the
+/// control thread.
+pub fn ask_to_stop() {
+    if let Some(path) = SOCKET_PATH.get() {
+        request_stop(path);
+    }
+}
+
+/// Installs the handler for each terminating signal still at its default
+/// action (after [`set_socket`]).
+pub fn install() {
     let mut blocked: Vec<i32> = TERMINATING.to_vec();
     blocked.push(libc::SIGTRAP);
     for (i, &sig) in TERMINATING.iter().enumerate() {
@@ -61,7 +85,7 @@ pub fn install(socket: &std::path::Path) {
             continue;
         }
         if current.sa_sigaction == libc::SIG_DFL
-            && sys::install_handler(sig, on_terminate, &blocked, 0).is_ok()
+            && sys::install_handler(sig, on_terminate, sys::Blocked::These(&blocked), 0).is_ok()
         {
             OURS[i].store(true, Ordering::Release);
         }
@@ -127,13 +151,25 @@ fn request_stop(path: &[u8; 108]) {
 extern "C" fn on_terminate(sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
     let errno = sys::errno();
     if !TERMINATING_NOW.swap(true, Ordering::AcqRel) {
-        if let Some(path) = SOCKET_PATH.get() {
-            request_stop(path);
-        }
+        ask_to_stop();
     }
     if let Some(i) = index(sig) {
         OURS[i].store(false, Ordering::Release);
     }
     sys::reraise_default(sig);
     sys::set_errno(errno);
+}
+
+/// In the child of a fork: our handlers would ask the parent's socket to
+/// stop the parent's session. The signals go back to their default action
+/// (the one the application left them at), with system calls only.
+pub fn reset_after_fork() {
+    for (i, &sig) in TERMINATING.iter().enumerate() {
+        if OURS[i].swap(false, Ordering::AcqRel) {
+            // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask.
+            let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+            let _ = sys::restore_action(sig, &dfl);
+        }
+    }
+    TERMINATING_NOW.store(false, Ordering::Release);
 }

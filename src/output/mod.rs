@@ -40,6 +40,35 @@ pub struct SessionReport {
     pub threads: u64,
     pub counters: CounterValues,
     pub thread_table_full: u64,
+    pub host: HostReport,
+}
+
+/// What the library met of its host program and survived: summary.json's
+/// `host` object.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostReport {
+    /// Handlers left half-way by an application's longjmp, taken back by
+    /// the thread's next handler.
+    pub handlers_abandoned: u64,
+    /// Slots a closer gave up waiting for (a handler still running, or
+    /// abandoned, after the wait).
+    pub slots_busy_at_stop: u64,
+    /// Stuck slots whose sampling the worker re-armed.
+    pub stuck_slots_poked: u64,
+    /// Threads that closed their own slot as they ended.
+    pub threads_exited: u64,
+    /// Slots of threads that ended without closing them, closed by the
+    /// worker's sweep.
+    pub threads_gone: u64,
+    /// Lookups in the handler's mapping table that gave up while it was
+    /// being replaced.
+    pub exec_map_lookups_given_up: u64,
+    /// Breakpoint events replaced after a hit delivered late (the thread
+    /// had SIGTRAP blocked) or an abandoned handler.
+    pub breakpoints_renewed: u64,
+    /// Debug exceptions at the tracer's breakpoint that the kernel could
+    /// not attribute, dropped instead of passed to the application.
+    pub stray_debug_traps: u64,
 }
 
 /// File names for a module's profiles: its basename, made unique when two
@@ -169,6 +198,17 @@ pub fn write_session(
         .num("trace_table_full", agg.traces_not_kept)
         .num("trace_table_full_entries", agg.entries_not_kept)
         .num("buffer_overflow_entries", c.full_buffer_entries_lost)
+        .end_object();
+    let h = &report.host;
+    j.begin_object(Some("host"))
+        .num("handlers_abandoned", h.handlers_abandoned)
+        .num("slots_busy_at_stop", h.slots_busy_at_stop)
+        .num("stuck_slots_poked", h.stuck_slots_poked)
+        .num("threads_exited", h.threads_exited)
+        .num("threads_gone", h.threads_gone)
+        .num("exec_map_lookups_given_up", h.exec_map_lookups_given_up)
+        .num("breakpoints_renewed", h.breakpoints_renewed)
+        .num("stray_debug_traps", h.stray_debug_traps)
         .end_object();
     j.begin_array("modules");
     for (m, afdo, bolt, branches) in &module_rows {

@@ -47,6 +47,31 @@ pub unsafe fn syscall4(nr: i64, a1: u64, a2: u64, a3: u64, a4: u64) -> i64 {
     ret
 }
 
+/// Raw syscall with five arguments: the result, or -errno.
+///
+/// # Safety
+/// As [`syscall4`].
+#[inline(always)]
+pub unsafe fn syscall5(nr: i64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64) -> i64 {
+    let ret: i64;
+    // SAFETY: as in `syscall4`.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a1,
+            in("rsi") a2,
+            in("rdx") a3,
+            in("r10") a4,
+            in("r8") a5,
+            out("rcx") _,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
 /// The time-stamp counter: the handlers' clock (constant-rate on the
 /// machines this runs on; it is the kernel's clocksource here). Converted
 /// to nanoseconds against CLOCK_MONOTONIC by the control thread.

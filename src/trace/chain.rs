@@ -97,7 +97,7 @@ pub enum Kind {
 pub fn install(
     sig: i32,
     handler: sys::SigactionFn,
-    blocked: &[i32],
+    blocked: sys::Blocked,
     kind: Kind,
 ) -> Result<(), sys::Errno> {
     let saved = slot(sig).expect("a chained signal");
@@ -191,19 +191,18 @@ pub fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
         // SAFETY: plain data, all-zero is SIG_DFL.
         saved.store(&unsafe { std::mem::zeroed() });
     }
-    // Our fault handlers run with nothing blocked: block what the kernel
-    // would have for the application's action (its mask, and the signal
-    // itself unless SA_NODEFER), and restore it if the handler returns. A
-    // handler that leaves by siglongjmp finds the mask the kernel would
-    // have left.
-    let fault = sig != libc::SIGTRAP;
-    let old_mask = fault.then(|| {
-        let mut mask = action.sa_mask;
-        if action.sa_flags & libc::SA_NODEFER == 0 {
-            sys::sigset_add(&mut mask, sig);
-        }
-        sys::block_signals(&mask)
-    });
+    // Run it under the mask the kernel would have set for it: the mask of
+    // the interrupted code plus its own sa_mask (and the signal itself
+    // unless SA_NODEFER), not ours (the SIGTRAP handler blocks every
+    // asynchronous signal; the fault handlers block nothing). A handler
+    // that leaves by siglongjmp finds the mask the kernel would have left.
+    // SAFETY: the kernel passes a valid ucontext to an SA_SIGINFO handler.
+    let mut mask = unsafe { (*ctx.cast::<libc::ucontext_t>()).uc_sigmask };
+    sys::sigset_union(&mut mask, &action.sa_mask);
+    if action.sa_flags & libc::SA_NODEFER == 0 {
+        sys::sigset_add(&mut mask, sig);
+    }
+    let ours = sys::set_signal_mask(&mask);
     if action.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the application installed this as an SA_SIGINFO handler.
         let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void) =
@@ -214,9 +213,7 @@ pub fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
         let f: extern "C" fn(i32) = unsafe { std::mem::transmute(handler) };
         f(sig);
     }
-    if let Some(mask) = old_mask {
-        sys::set_signal_mask(&mask);
-    }
+    sys::set_signal_mask(&ours);
 }
 
 /// Our SIGSEGV and SIGBUS handler: a fault of the emulator's fault-safe

@@ -94,6 +94,9 @@ counters!(
     speculation_mismatch_memory,
     step_overs,
     speculated_taken,
+    handlers_abandoned,
+    breakpoints_renewed,
+    stray_debug_traps,
 );
 
 impl Counters {

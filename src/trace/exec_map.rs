@@ -1,17 +1,29 @@
 //! The handler's view of memory: sorted [start, end) ranges of the
 //! executable file mappings (code the look-ahead may decode), of the rseq
 //! critical sections (where no breakpoint may go), and of the immutable
-//! module mappings (memory the data-flow model may read), behind one
-//! sequence lock.
+//! module mappings (memory the data-flow model may read).
 //!
-//! Writers (the control and worker threads, never a traced thread) are
-//! serialised by the caller; readers (the handlers) retry while a write is
-//! in progress. A reader never blocks a writer and holds no lock, so a
-//! handler interrupting anything cannot deadlock on it. The generation
-//! counter invalidates the per-thread block caches when the code changes.
+//! Two copies of the tables and an index naming the current one (a double
+//! buffer). A writer (the control thread at start, the worker during a
+//! session; callers never run two at once, and the `writer` flag checks it)
+//! sorts the new contents first, with whatever allocation that takes, then
+//! waits until no reader is in the copy that is not current, fills it with
+//! plain copies, and publishes it by storing the index. A reader (a
+//! handler) announces itself in the current copy's reader count, checks
+//! the index did not move meanwhile, reads, and leaves. It never waits for
+//! a writer: when the index keeps moving under it ([`READ_TRIES`] times in
+//! a row) it gives up, counted in `gave_up`, and the lookup answers "not
+//! known" (the trace ends early, never wrong). A reader holds its count
+//! for a few loads of a fixed array and cannot fault or be interrupted
+//! there (the handler blocks every asynchronous signal), so the writer's
+//! wait ends as soon as a preempted reader runs again.
+//!
+//! The generation counter invalidates the per-thread block caches when the
+//! code changes; it moves after the index, so a reader that sees a new
+//! generation also sees the table it belongs to.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::decode::CodeSource;
 
@@ -22,6 +34,8 @@ pub const MAX_EXEC_RANGES: usize = 1024;
 pub const MAX_RSEQ_RANGES: usize = 256;
 /// Immutable ranges the table holds (left-out ones are simply not read).
 pub const MAX_IMMUTABLE_RANGES: usize = 1024;
+/// Times a reader tries to catch a copy that stays current.
+pub const READ_TRIES: usize = 4;
 
 /// What the table is made from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,7 +45,8 @@ pub struct MemoryLayout {
     pub immutable: Vec<(u64, u64)>,
 }
 
-/// One sorted array of ranges; written only inside the seqlock's odd phase.
+/// One sorted array of ranges of one copy; written only while no reader is
+/// in that copy.
 struct RangeTable<const N: usize> {
     len: AtomicUsize,
     ranges: UnsafeCell<[(u64, u64); N]>,
@@ -45,119 +60,207 @@ impl<const N: usize> RangeTable<N> {
         }
     }
 
-    /// Returns how many ranges did not fit.
+    /// Copies `sorted` in (at most N). No allocation.
     ///
     /// # Safety
-    /// Only in the writer's odd phase of the owning map's seqlock.
-    unsafe fn store(&self, ranges: &[(u64, u64)]) -> usize {
-        let mut sorted = ranges.to_vec();
-        sorted.sort_unstable();
+    /// Only by the writer, while no reader is in this copy.
+    unsafe fn store(&self, sorted: &[(u64, u64)]) {
         let n = sorted.len().min(N);
-        // SAFETY: forwarded contract: no other writer; readers retry.
+        // SAFETY: forwarded contract: nobody else touches this copy.
         unsafe { (&mut *self.ranges.get())[..n].copy_from_slice(&sorted[..n]) };
         self.len.store(n, Ordering::Relaxed);
-        sorted.len() - n
     }
 
     /// # Safety
-    /// Inside a reader's sequence check (a torn read is discarded).
+    /// Only by a reader counted in this copy while it is current.
     unsafe fn get(&self) -> &[(u64, u64)] {
         let n = self.len.load(Ordering::Relaxed).min(N);
-        // SAFETY: the array is always initialised.
+        // SAFETY: the array is always initialised; no writer touches a
+        // copy a reader is counted in.
         unsafe { &(&*self.ranges.get())[..n] }
     }
 }
 
-pub struct ExecMap {
-    seq: AtomicU32,
-    generation: AtomicU32,
+struct Tables {
     exec: RangeTable<MAX_EXEC_RANGES>,
     rseq: RangeTable<MAX_RSEQ_RANGES>,
     immutable: RangeTable<MAX_IMMUTABLE_RANGES>,
 }
 
-// SAFETY: the tables are written only inside the seqlock's odd phase by one
-// writer at a time (callers serialise writers), and readers validate every
-// read against the sequence number.
-unsafe impl Sync for ExecMap {}
-
-impl ExecMap {
-    pub fn new() -> ExecMap {
-        ExecMap {
-            seq: AtomicU32::new(0),
-            generation: AtomicU32::new(1),
+impl Tables {
+    const fn new() -> Self {
+        Tables {
             exec: RangeTable::new(),
             rseq: RangeTable::new(),
             immutable: RangeTable::new(),
         }
     }
+}
 
-    /// Replaces the contents. Callers serialise writers. Returns how many
+pub struct ExecMap {
+    copies: [Tables; 2],
+    readers: [AtomicU32; 2],
+    current: AtomicUsize,
+    generation: AtomicU32,
+    writer: AtomicBool,
+    /// Lookups that gave up because the table kept changing under them.
+    pub gave_up: AtomicU64,
+    /// Set (and the worker woken) when a trace ended outside the known
+    /// mappings: code may have been loaded since the last refresh.
+    refresh_wanted: AtomicU32,
+}
+
+// SAFETY: a copy is written only by the one writer while its reader count
+// is zero and it is not current, and read only by readers counted in it
+// while it is current (see the module doc).
+unsafe impl Sync for ExecMap {}
+
+fn sorted(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut v = ranges.to_vec();
+    v.sort_unstable();
+    v
+}
+
+impl ExecMap {
+    pub fn new() -> ExecMap {
+        ExecMap {
+            copies: [Tables::new(), Tables::new()],
+            readers: [AtomicU32::new(0), AtomicU32::new(0)],
+            current: AtomicUsize::new(0),
+            generation: AtomicU32::new(1),
+            writer: AtomicBool::new(false),
+            gave_up: AtomicU64::new(0),
+            refresh_wanted: AtomicU32::new(0),
+        }
+    }
+
+    /// Replaces the contents (never from a handler). Returns how many
     /// ranges did not fit.
     pub fn update(&self, layout: &MemoryLayout) -> usize {
-        self.seq.fetch_add(1, Ordering::AcqRel);
-        fence(Ordering::Release);
-        // SAFETY: single writer in the odd phase; readers retry.
-        let left_out = unsafe {
-            self.exec.store(&layout.exec)
-                + self.rseq.store(&layout.rseq)
-                + self.immutable.store(&layout.immutable)
-        };
-        self.generation.fetch_add(1, Ordering::Relaxed);
-        self.seq.fetch_add(1, Ordering::Release);
+        // Sorting and its allocation happen before any copy is touched.
+        let exec = sorted(&layout.exec);
+        let rseq = sorted(&layout.rseq);
+        let immutable = sorted(&layout.immutable);
+        let left_out = exec.len().saturating_sub(MAX_EXEC_RANGES)
+            + rseq.len().saturating_sub(MAX_RSEQ_RANGES)
+            + immutable.len().saturating_sub(MAX_IMMUTABLE_RANGES);
+        while self
+            .writer
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            // Callers do not overlap writers; this only keeps it true.
+            std::thread::yield_now();
+        }
+        let next = 1 - self.current.load(Ordering::SeqCst);
+        // Readers that found `next` current before the last publication
+        // may still be in it: wait them out (they only read a few words).
+        let mut spins = 0u32;
+        while self.readers[next].load(Ordering::SeqCst) != 0 {
+            spins += 1;
+            if spins < 100 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
+        let copy = &self.copies[next];
+        // SAFETY: `next` is not current and no reader is counted in it; a
+        // reader that arrives now sees the index unchanged and backs out.
+        unsafe {
+            copy.exec.store(&exec);
+            copy.rseq.store(&rseq);
+            copy.immutable.store(&immutable);
+        }
+        self.current.store(next, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.writer.store(false, Ordering::Release);
         left_out
     }
 
-    /// Runs `f` on a consistent snapshot. Async-signal-safe.
-    fn read<R>(&self, f: impl Fn(&Self) -> R) -> R {
-        loop {
-            let s1 = self.seq.load(Ordering::Acquire);
-            if s1 & 1 == 1 {
-                std::hint::spin_loop();
-                continue;
+    /// Runs `f` on the current copy; None when the copy kept changing.
+    /// Async-signal-safe: bounded, no lock, no allocation.
+    fn read<R>(&self, f: impl Fn(&Tables) -> R) -> Option<R> {
+        for _ in 0..READ_TRIES {
+            let i = self.current.load(Ordering::SeqCst);
+            self.readers[i].fetch_add(1, Ordering::SeqCst);
+            if self.current.load(Ordering::SeqCst) == i {
+                let r = f(&self.copies[i]);
+                self.readers[i].fetch_sub(1, Ordering::Release);
+                return Some(r);
             }
-            let r = f(self);
-            fence(Ordering::Acquire);
-            if self.seq.load(Ordering::Relaxed) == s1 {
-                return r;
-            }
+            self.readers[i].fetch_sub(1, Ordering::Release);
         }
+        self.gave_up.fetch_add(1, Ordering::Relaxed);
+        None
     }
 
     /// The executable range holding `addr`. Async-signal-safe.
     pub fn range_of(&self, addr: u64) -> Option<(u64, u64)> {
-        // SAFETY: inside `read`'s sequence check.
-        self.read(|m| find(unsafe { m.exec.get() }, addr))
+        // SAFETY: inside `read`, counted in the current copy.
+        self.read(|m| find(unsafe { m.exec.get() }, addr)).flatten()
     }
 
-    /// Whether `addr` is inside an rseq critical section. Async-signal-safe.
+    /// Whether `addr` is inside an rseq critical section (or the table
+    /// could not be read: no breakpoint goes where that is unknown).
+    /// Async-signal-safe.
     pub fn in_rseq(&self, addr: u64) -> bool {
-        // SAFETY: inside `read`'s sequence check.
+        // SAFETY: inside `read`, counted in the current copy.
         self.read(|m| {
             unsafe { m.rseq.get() }
                 .iter()
                 .any(|&(s, e)| s <= addr && addr < e)
         })
+        .unwrap_or(true)
     }
 
     /// Whether the table holds any rseq critical section (most processes
     /// have none). Async-signal-safe.
     pub fn has_rseq(&self) -> bool {
-        self.rseq.len.load(Ordering::Relaxed) != 0
+        // SAFETY: inside `read`, counted in the current copy.
+        self.read(|m| !unsafe { m.rseq.get() }.is_empty())
+            .unwrap_or(true)
     }
 
     /// Whether [addr, addr + len) lies in one immutable mapping.
     /// Async-signal-safe.
     pub fn is_immutable(&self, addr: u64, len: u64) -> bool {
-        // SAFETY: inside `read`'s sequence check.
+        // SAFETY: inside `read`, counted in the current copy.
         self.read(|m| {
             find(unsafe { m.immutable.get() }, addr)
                 .is_some_and(|(_, end)| addr.saturating_add(len) <= end)
         })
+        .unwrap_or(false)
     }
 
     pub fn generation(&self) -> u32 {
-        self.generation.load(Ordering::Relaxed)
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Asks the worker to look for new code now. Async-signal-safe (an
+    /// atomic swap, and one futex wake when the request is new).
+    pub fn request_refresh(&self) {
+        if self.refresh_wanted.swap(1, Ordering::AcqRel) == 0 {
+            crate::sys::futex_wake(&self.refresh_wanted);
+        }
+    }
+
+    /// The worker's wait: until a refresh is requested, at most `timeout`.
+    /// Returns whether one was (and clears the request).
+    pub fn wait_for_refresh_request(&self, timeout: std::time::Duration) -> bool {
+        if self.refresh_wanted.load(Ordering::Acquire) == 0 {
+            crate::sys::futex_wait(&self.refresh_wanted, 0, timeout);
+        }
+        self.refresh_wanted.swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// In a fork child: a writer of the parent (the worker) may have held
+    /// the flag, and readers that were counted are gone with their threads.
+    pub fn reset_after_fork(&self) {
+        self.writer.store(false, Ordering::Release);
+        for r in &self.readers {
+            r.store(0, Ordering::Release);
+        }
     }
 }
 

@@ -7,8 +7,10 @@
 //! libc's: the breakpoint may be armed on any instruction of a traced
 //! module (see `sys::raw`, which provides the syscalls, the clock and the
 //! mem functions the handlers use; its raw syscalls leave errno alone, so
-//! there is none to restore). `tests/handler_alloc.rs` checks the
-//! no-allocation part with a counting allocator while real signals fire.
+//! there is none to restore). The handler runs with every asynchronous
+//! signal blocked (see `trace`'s module doc for why).
+//! `tests/handler_alloc.rs` checks the no-allocation part with a counting
+//! allocator while real signals fire.
 
 use std::ffi::c_void;
 use std::os::fd::AsRawFd;
@@ -25,8 +27,8 @@ use crate::sys;
 use super::counters::Counters;
 use super::exec_map::{ExecMap, LiveCode};
 use super::{
-    chain, speculative, ChainStep, DataflowMode, Pending, StackPointer, ThreadSlot, ThreadTrace,
-    Tracer, BREAKPOINT_TAG, SAMPLE_TAG,
+    chain, speculative, ChainStep, DataflowMode, Entry, Pending, StackPointer, ThreadSlot,
+    ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG,
 };
 
 /// The interrupted thread's registers, as the kernel saved them.
@@ -163,27 +165,118 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
     let si = unsafe { &*info };
     let tag = sys::siginfo_perf_data(si);
     if si.si_code != sys::TRAP_PERF || (tag != SAMPLE_TAG && tag != BREAKPOINT_TAG) {
-        chain::forward(sig, info, ctx);
+        // SAFETY: the ucontext is the kernel's for this delivery.
+        if !is_stray_debug_trap(si, unsafe { &*(ctx as *const libc::ucontext_t) }) {
+            chain::forward(sig, info, ctx);
+        }
         return;
     }
     // Ours. Without a tracer or a ready slot this is a late signal of a
     // stopped session or a closing thread: nothing to do.
     if let Some(tracer) = super::tracer() {
         if let Some(slot) = tracer.slot_of(sys::gettid()) {
-            if slot.enter() {
-                // SAFETY: enter() made this handler the slot's holder; the
-                // ucontext is the kernel's for this delivery.
-                let (t, uc) = unsafe { (slot.inner(), &*(ctx as *const libc::ucontext_t)) };
-                let emulate = tracer.dataflow_mode() == DataflowMode::Emulate;
-                match (tag == SAMPLE_TAG, emulate) {
-                    (true, false) => on_sample(tracer, slot, t, uc),
-                    (false, false) => on_breakpoint(tracer, slot, t, uc),
-                    (true, true) => speculative::on_sample(tracer, slot, t, uc),
-                    (false, true) => speculative::on_breakpoint(tracer, slot, t, uc),
+            match slot.enter() {
+                Entry::Held => {
+                    // SAFETY: enter() made this handler the slot's holder;
+                    // the ucontext is the kernel's for this delivery.
+                    let (t, uc) = unsafe { (slot.inner(), &*(ctx as *const libc::ucontext_t)) };
+                    if tag == SAMPLE_TAG {
+                        if t.full_period != 0 {
+                            // The first, randomly shortened period is over.
+                            if let Some(fd) = t.sample_fd.as_ref() {
+                                let _ = sys::perf_set_period(fd.as_raw_fd(), t.full_period);
+                            }
+                            t.full_period = 0;
+                        }
+                        if tracer.dataflow_mode() == DataflowMode::Emulate {
+                            speculative::on_sample(tracer, slot, t, uc);
+                        } else {
+                            on_sample(tracer, slot, t, uc);
+                        }
+                    } else {
+                        if sys::siginfo_perf_flags(si) & sys::TRAP_PERF_FLAG_ASYNC != 0 {
+                            // Hit while the thread blocked SIGTRAP: how many
+                            // times is unknown, maybe up to the limit.
+                            renew_breakpoint(slot, t);
+                        } else {
+                            t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
+                        }
+                        if tracer.dataflow_mode() == DataflowMode::Emulate {
+                            speculative::on_breakpoint(tracer, slot, t, uc);
+                        } else {
+                            on_breakpoint(tracer, slot, t, uc);
+                        }
+                    }
+                    slot.leave();
                 }
-                slot.leave();
+                Entry::Abandoned => {
+                    // SAFETY: as above: the slot is this handler's again.
+                    take_back(tracer, slot, unsafe { slot.inner() });
+                    slot.leave();
+                }
+                Entry::Refused => {}
             }
         }
+    }
+}
+
+/// Whether a SIGTRAP that perf did not raise is a stray one of the
+/// tracer's breakpoint: a debug exception the kernel could not attribute
+/// (no reason in DR6, so it took it for an icebp: `TRAP_BRKPT`; or a
+/// breakpoint register perf did not claim: `TRAP_HWBKPT`), at the very
+/// address of the thread's breakpoint. Seen under heavy load in this KVM
+/// guest, at the loop branch a traced thread passed thousands of times; the
+/// application's default action would have killed the process. Such a
+/// trap is dropped and counted (`stray_debug_traps`); the application's
+/// own traps (int3 is `SI_KERNEL`, and its instructions are not where the
+/// tracer's breakpoints go) are passed on as before.
+fn is_stray_debug_trap(si: &libc::siginfo_t, uc: &libc::ucontext_t) -> bool {
+    if si.si_code != sys::TRAP_BRKPT && si.si_code != sys::TRAP_HWBKPT {
+        return false;
+    }
+    let Some(tracer) = super::tracer() else {
+        return false;
+    };
+    let Some(slot) = tracer.slot_of(sys::gettid()) else {
+        return false;
+    };
+    match slot.enter() {
+        Entry::Held => {
+            // SAFETY: enter() made this handler the slot's holder.
+            let t = unsafe { slot.inner() };
+            // SAFETY: bp_addr is the active field of a breakpoint attribute.
+            let at = unsafe { t.bp_attr.__bindgen_anon_3.bp_addr };
+            let stray = t.bp_fd.is_some() && Ucontext(uc).rip() == at;
+            if stray {
+                Counters::bump(&slot.counters.stray_debug_traps);
+            }
+            slot.leave();
+            stray
+        }
+        Entry::Abandoned => {
+            // SAFETY: as above: the slot is this handler's again.
+            take_back(tracer, slot, unsafe { slot.inner() });
+            slot.leave();
+            false
+        }
+        Entry::Refused => false,
+    }
+}
+
+/// The previous handler of this thread never returned (see the module doc
+/// of `trace`): whatever it was doing is dropped. The open trace ends as
+/// `handler_abandoned`, the breakpoint is disarmed, and sampling is armed
+/// again, unless the session stopped meanwhile. This signal itself is
+/// not used: the state it was raised for is gone.
+fn take_back(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
+    let c = &slot.counters;
+    Counters::bump(&c.handlers_abandoned);
+    t.chain.clear();
+    close_open_trace(t, c, TraceEnd::Aborted(AbortReason::HandlerAbandoned));
+    // What is left of the breakpoint's limit is unknown.
+    renew_breakpoint(slot, t);
+    if tracer.running.load(std::sync::atomic::Ordering::Acquire) {
+        rearm_sampling(t);
     }
 }
 
@@ -541,16 +634,61 @@ fn rewind_chain(slot: &ThreadSlot, t: &mut ThreadTrace, i: usize) {
     t.chain.truncate(i + 1);
 }
 
-/// Moves the thread's breakpoint to `addr` and enables it (one ioctl).
+/// Hits the breakpoint event may take before the kernel stops it; the
+/// limit is topped up to this when fewer than two are left.
+const BREAKPOINT_HIT_BUDGET: u32 = 8;
+
+/// Moves the thread's breakpoint to `addr` and enables it (one ioctl; two
+/// when the event's limit is topped up, once every few stops).
+///
+/// The breakpoint event has a limit of hits (as the sampling event has a
+/// limit of one sample): a hit whose SIGTRAP cannot be delivered, because
+/// the thread runs with SIGTRAP blocked (in one of its own signal handlers,
+/// or a section that blocks every signal) and passes the address again
+/// and again, traps a few times and then no more, instead of at every
+/// pass until the signal is unblocked. A delivered hit must never use the
+/// last of the limit: on this kernel a hardware breakpoint event that its
+/// limit stopped never fires again (measured; sampling events restart), so
+/// the limit is topped up while two are left, and a hit delivered late
+/// (when the count is unknown) replaces the event ([`renew_breakpoint`]).
 pub(super) fn arm_breakpoint(t: &mut ThreadTrace, addr: u64) -> bool {
     let Some(fd) = t.bp_fd.as_ref().map(|f| f.as_raw_fd()) else {
         return false;
     };
+    if t.bp_hits_left < 2 {
+        // Enables the event where it was parked (an address this handler
+        // does not run) before it moves.
+        let add = BREAKPOINT_HIT_BUDGET - t.bp_hits_left;
+        if sys::perf_refresh(fd, add as i32).is_err() {
+            t.bp_armed = false;
+            return false;
+        }
+        t.bp_hits_left = BREAKPOINT_HIT_BUDGET;
+    }
     t.bp_attr.__bindgen_anon_3.bp_addr = addr;
     t.bp_attr.set_disabled(0);
     let ok = sys::perf_modify_attributes(fd, &mut t.bp_attr).is_ok();
     t.bp_armed = ok;
     ok
+}
+
+/// Replaces the thread's breakpoint event by a fresh one, when what is
+/// left of its limit is unknown (a hit delivered late, an abandoned
+/// handler). Async-signal-safe: close and perf_event_open are system calls
+/// and the attribute is built on the stack. Without a new event the
+/// thread's next traces end as `breakpoint_failed`.
+fn renew_breakpoint(slot: &ThreadSlot, t: &mut ThreadTrace) {
+    if let Some(old) = t.bp_fd.take() {
+        sys::close_owned(old);
+    }
+    t.bp_armed = false;
+    t.bp_hits_left = 0;
+    let mut attr = super::threads::breakpoint_attr();
+    if let Ok(fd) = sys::perf_event_open(&mut attr, 0) {
+        t.bp_attr = attr;
+        t.bp_fd = Some(fd);
+        Counters::bump(&slot.counters.breakpoints_renewed);
+    }
 }
 
 pub(super) fn disarm_breakpoint(t: &mut ThreadTrace) {
@@ -602,6 +740,13 @@ pub(super) fn close_open_trace(t: &mut ThreadTrace, c: &Counters, end: TraceEnd)
         Counters::bump(&c.checkpoint_unreached);
     }
     disarm_breakpoint(t);
+    if end == TraceEnd::Aborted(AbortReason::OutsideMappings) {
+        // Code the table does not know: maybe a library dlopen'ed since
+        // the worker last looked. It looks now.
+        if let Some(tracer) = super::tracer() {
+            tracer.exec.request_refresh();
+        }
+    }
     if let Some(b) = t.buffer.as_mut() {
         if b.is_open() {
             if !b.close_trace(end) {

@@ -2,15 +2,30 @@
 //!
 //! State of one traced thread lives in a [`ThreadSlot`] of a fixed table,
 //! found by tid. The slot's `state` word is the only synchronisation between
-//! the thread's own handlers and the control thread:
+//! the thread's own handlers and the threads that open and close it:
 //!
+//! - `FREE`: no thread. A claim (serialised by the claim lock) gives it a
+//!   tid and moves it to `SETUP`.
+//! - `SETUP`: its events are being opened (by the thread itself, or by the
+//!   control thread at start). Handlers ignore it; closers wait for it.
 //! - `READY`: events open; whoever moves it to `BUSY` (a handler) or
-//!   `CLOSED` (the control thread) by compare-and-swap owns the slot's
-//!   inner state until it stores a new state.
-//! - `BUSY`: a handler of the thread is running. The control thread waits
-//!   (it never interrupts the thread, so the wait is short).
-//! - `CLOSED` / `FREE`: no events; handlers that still arrive (a signal
-//!   queued before the events were disabled) are ignored.
+//!   `CLOSED` (a closer) by compare-and-swap owns the slot's inner state
+//!   until it stores a new state.
+//! - `BUSY`: a handler of the thread is running. Only the thread's own
+//!   handler sets it, and handlers of one thread never nest: the SIGTRAP
+//!   handler runs with SIGTRAP and every asynchronous signal blocked. So a
+//!   handler that finds its own slot `BUSY` knows the previous one never
+//!   returned (an application handler, run inside ours for a fault, left
+//!   it with longjmp): it takes the slot back and counts it
+//!   (`handlers_abandoned`).
+//! - `CLOSED`: being closed; handlers that still arrive (a signal queued
+//!   before the events were closed) are ignored.
+//!
+//! A closer on another thread waits out a running handler for at most
+//! [`CLOSE_WAIT`], then gives up and counts it (`slots_busy_at_stop`): the
+//! slot is left to the thread itself, which closes it when it exits, or to
+//! the sweep, which closes the slots of threads that are gone. Neither can
+//! race a handler of the thread, so both may take a `BUSY` slot.
 
 pub mod calibrate;
 pub mod chain;
@@ -22,8 +37,11 @@ pub mod threads;
 
 use std::cell::UnsafeCell;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use iced_x86::Instruction;
 
@@ -46,6 +64,13 @@ const FREE: u8 = 0;
 const READY: u8 = 1;
 const BUSY: u8 = 2;
 const CLOSED: u8 = 3;
+const SETUP: u8 = 4;
+
+/// How long a closer on another thread waits for a running handler (or a
+/// registration in progress) before it gives the slot up. A handler runs
+/// for microseconds; only a preempted one on a crowded machine takes
+/// milliseconds, and only an abandoned one never ends.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 const TID_NONE: i32 = 0;
 const TID_TOMBSTONE: i32 = -1;
@@ -136,6 +161,14 @@ pub struct ThreadTrace {
     /// for every move.
     pub bp_attr: PerfEventAttr,
     pub bp_armed: bool,
+    /// The sampling period to set at the thread's first sample (0: set).
+    /// The first period is a random part of it, so that threads shorter
+    /// than a period are sampled in proportion to their CPU time instead
+    /// of never (each thread's event counts from zero).
+    pub full_period: u64,
+    /// Hits the breakpoint event's limit still allows before the kernel
+    /// stops it (see `handler::arm_breakpoint`).
+    pub bp_hits_left: u32,
     pub buffer: Option<Box<TraceBuffer>>,
     pub pending: Option<Pending>,
     pub cache: Option<Box<BlockCache>>,
@@ -173,6 +206,8 @@ impl ThreadTrace {
             bp_fd: None,
             bp_attr: crate::sys::blank_attr(),
             bp_armed: false,
+            bp_hits_left: 0,
+            full_period: 0,
             buffer: None,
             pending: None,
             cache: None,
@@ -190,6 +225,17 @@ pub struct ThreadSlot {
     state: AtomicU8,
     inner: UnsafeCell<ThreadTrace>,
     pub counters: Counters,
+    /// Handler entries so far (every SIGTRAP of ours the thread took): the
+    /// sweep tells a stuck `BUSY` slot from a busy one by it.
+    entries: AtomicU32,
+    /// `entries` when the sweep last saw the slot `BUSY`.
+    entries_seen_busy: AtomicU32,
+    /// Whether the sweep re-armed the sampling of this stuck slot.
+    poked: AtomicBool,
+    /// The sampling event's descriptor while the slot has one, -1 else:
+    /// the sweep re-arms sampling of a stuck slot through it (under the
+    /// tracer's descriptor lock, which closers hold to close it).
+    sample_fd: AtomicI32,
 }
 
 // SAFETY: `inner` is only touched by the holder of the slot, as the state
@@ -203,6 +249,10 @@ impl ThreadSlot {
             state: AtomicU8::new(FREE),
             inner: UnsafeCell::new(ThreadTrace::empty()),
             counters: Counters::default(),
+            entries: AtomicU32::new(0),
+            entries_seen_busy: AtomicU32::new(u32::MAX),
+            poked: AtomicBool::new(false),
+            sample_fd: AtomicI32::new(-1),
         }
     }
 
@@ -210,11 +260,18 @@ impl ThreadSlot {
         self.tid.load(Ordering::Acquire)
     }
 
-    /// Handler entry: takes the slot if it is ready. Async-signal-safe.
-    fn enter(&self) -> bool {
-        self.state
+    /// Handler entry (see the module doc). Async-signal-safe.
+    fn enter(&self) -> Entry {
+        self.entries.fetch_add(1, Ordering::Relaxed);
+        match self
+            .state
             .compare_exchange(READY, BUSY, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+        {
+            Ok(_) => Entry::Held,
+            // Our own thread's handler never returned: it is ours again.
+            Err(BUSY) => Entry::Abandoned,
+            Err(_) => Entry::Refused,
+        }
     }
 
     fn leave(&self) {
@@ -232,20 +289,74 @@ impl ThreadSlot {
         unsafe { &mut *self.inner.get() }
     }
 
-    /// Control side: waits out a running handler and closes the slot.
-    /// Returns false if the slot was not ready (already closed or free).
-    fn close(&self) -> bool {
+    /// Takes the slot to close it (see the module doc).
+    fn take_for_close(&self, closer: Closer) -> Closing {
+        let t0 = std::time::Instant::now();
+        let mut spins = 0u32;
         loop {
             match self
                 .state
                 .compare_exchange(READY, CLOSED, Ordering::Acquire, Ordering::Relaxed)
             {
-                Ok(_) => return true,
-                Err(BUSY) => std::thread::yield_now(),
-                Err(_) => return false,
+                Ok(_) => return Closing::Taken,
+                Err(BUSY)
+                    if closer == Closer::Owner
+                        && self
+                            .state
+                            .compare_exchange(BUSY, CLOSED, Ordering::Acquire, Ordering::Relaxed)
+                            .is_ok() =>
+                {
+                    return Closing::Taken
+                }
+                Err(BUSY | SETUP) => {
+                    if t0.elapsed() > CLOSE_WAIT {
+                        return Closing::Stuck;
+                    }
+                    spins += 1;
+                    if spins < 100 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+                Err(_) => return Closing::NotOpen,
             }
         }
     }
+}
+
+/// What a handler's entry found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// The slot was ready and is now held.
+    Held,
+    /// The previous handler of this thread never returned; the slot is
+    /// held again.
+    Abandoned,
+    /// Not open (setting up, closing, free): the signal is ignored.
+    Refused,
+}
+
+/// Who closes a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closer {
+    /// A thread other than the slot's, while the slot's thread may run: a
+    /// running handler is waited out, for at most [`CLOSE_WAIT`].
+    Other,
+    /// The slot's own thread outside any handler, or anyone once that
+    /// thread is gone: no handler of it can be running, so `BUSY` means
+    /// abandoned and the slot is taken.
+    Owner,
+}
+
+/// The outcome of taking a slot to close it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closing {
+    Taken,
+    /// Free, or closed by someone else.
+    NotOpen,
+    /// Still busy after [`CLOSE_WAIT`]: left as it is.
+    Stuck,
 }
 
 /// The process-wide tracer, created at the first session and kept for the
@@ -266,6 +377,61 @@ pub struct Tracer {
     pub table_full: std::sync::atomic::AtomicU64,
     /// Threads traced during the session (at start and created later).
     pub threads_registered: std::sync::atomic::AtomicU64,
+    /// Incremented at every start and stop: a thread registering itself
+    /// checks it did so within one session.
+    pub epoch: AtomicU64,
+    /// What the library survived of its host; see [`HostCounters`].
+    pub host: HostCounters,
+    /// Serialises claims of slots (a probe and a store: held for
+    /// microseconds, never in a handler).
+    claim_lock: AtomicBool,
+    /// Held to close a slot's descriptors and to re-arm a stuck slot's
+    /// sampling through its raw descriptor (never in a handler).
+    fd_lock: AtomicBool,
+}
+
+/// Events of the host program the library met and survived, for
+/// summary.json. Session-wide, reset at start.
+#[derive(Default)]
+pub struct HostCounters {
+    /// Slots a closer gave up on after [`CLOSE_WAIT`].
+    pub slots_busy_at_stop: AtomicU64,
+    /// Stuck `BUSY` slots whose sampling the sweep re-armed, so that the
+    /// thread's next handler takes the slot back.
+    pub stuck_slots_poked: AtomicU64,
+    /// Slots of threads that ended without closing them (threads the
+    /// session found running at start), closed by the sweep.
+    pub threads_gone: AtomicU64,
+    /// Threads that closed their own slot as they ended (return,
+    /// pthread_exit, cancellation).
+    pub threads_exited: AtomicU64,
+}
+
+impl HostCounters {
+    pub fn reset(&self) {
+        for c in [
+            &self.slots_busy_at_stop,
+            &self.stuck_slots_poked,
+            &self.threads_gone,
+            &self.threads_exited,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs `f` holding a spin lock that is never taken in a handler and held
+/// for microseconds (a fork child resets it with [`Tracer::reset_locks`]).
+fn with_spin<R>(lock: &AtomicBool, f: impl FnOnce() -> R) -> R {
+    while lock
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::thread::yield_now();
+    }
+    let r = f();
+    lock.store(false, Ordering::Release);
+    r
 }
 
 static TRACER: OnceLock<Tracer> = OnceLock::new();
@@ -286,6 +452,10 @@ pub fn tracer_or_init() -> &'static Tracer {
         retired: Counters::default(),
         table_full: Default::default(),
         threads_registered: Default::default(),
+        epoch: AtomicU64::new(0),
+        host: HostCounters::default(),
+        claim_lock: AtomicBool::new(false),
+        fd_lock: AtomicBool::new(false),
     })
 }
 
@@ -319,20 +489,38 @@ impl Tracer {
         None
     }
 
-    /// Claims a slot for `tid` (control or registering thread, serialised
-    /// by the registry lock).
-    fn claim(&self, tid: i32) -> Option<&ThreadSlot> {
-        let home = Self::home(tid);
-        for i in 0..MAX_THREADS {
-            let slot = &self.slots[(home + i) % MAX_THREADS];
-            let t = slot.tid.load(Ordering::Acquire);
-            if (t == TID_NONE || t == TID_TOMBSTONE) && slot.state.load(Ordering::Acquire) == FREE {
-                slot.counters.reset();
-                slot.tid.store(tid, Ordering::Release);
-                return Some(slot);
+    /// Claims a slot for `tid`, leaving it in `SETUP`; None if `tid`
+    /// already has one (`Err(true)`) or the table is full (`Err(false)`).
+    fn claim(&self, tid: i32) -> Result<&ThreadSlot, bool> {
+        with_spin(&self.claim_lock, || {
+            if self.slot_of(tid).is_some() {
+                return Err(true);
             }
-        }
-        None
+            let home = Self::home(tid);
+            for i in 0..MAX_THREADS {
+                let slot = &self.slots[(home + i) % MAX_THREADS];
+                let t = slot.tid.load(Ordering::Acquire);
+                if (t == TID_NONE || t == TID_TOMBSTONE)
+                    && slot
+                        .state
+                        .compare_exchange(FREE, SETUP, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    slot.counters.reset();
+                    slot.entries_seen_busy.store(u32::MAX, Ordering::Relaxed);
+                    slot.tid.store(tid, Ordering::Release);
+                    return Ok(slot);
+                }
+            }
+            Err(false)
+        })
+    }
+
+    /// Gives the locks a fork child inherited held by threads it does not
+    /// have back.
+    pub fn reset_locks(&self) {
+        self.claim_lock.store(false, Ordering::Release);
+        self.fd_lock.store(false, Ordering::Release);
     }
 
     /// Slots in use (held tids), for the control thread.
@@ -354,19 +542,23 @@ impl Tracer {
 /// their events. Closes the child's copies of the fds and empties every
 /// buffer (the parent's traces are the parent's), leaving the table free.
 pub fn forget_parent_threads(tracer: &Tracer) {
+    tracer.reset_locks();
     for slot in tracer.slots.iter() {
         if slot.tid() <= 0 {
             continue;
         }
         slot.state.store(CLOSED, Ordering::Release);
-        // SAFETY: the child has one thread and no events: nobody else
-        // holds any slot.
+        // SAFETY: the child has one thread, not in a handler, and no
+        // events: nobody else holds any slot, whatever its state said.
         let t = unsafe { slot.inner() };
+        slot.sample_fd.store(-1, Ordering::Relaxed);
         t.sample_fd = None;
         t.bp_fd = None;
         t.pending = None;
         t.awaiting = None;
         t.bp_armed = false;
+        t.bp_hits_left = 0;
+        t.chain.clear();
         if let Some(mut b) = t.buffer.take() {
             b.clear();
             let _ = tracer.pool.free.push(b);
@@ -380,11 +572,59 @@ pub fn forget_parent_threads(tracer: &Tracer) {
         let _ = tracer.pool.free.push(b);
     }
     tracer.retired.reset();
+    tracer.host.reset();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ready_slot() -> ThreadSlot {
+        let slot = ThreadSlot::new();
+        slot.tid.store(42, Ordering::Relaxed);
+        slot.state.store(READY, Ordering::Relaxed);
+        slot
+    }
+
+    #[test]
+    fn a_handler_that_never_left_is_taken_back_by_the_next() {
+        let slot = ready_slot();
+        assert_eq!(slot.enter(), Entry::Held);
+        // No leave: the handler was left by longjmp.
+        assert_eq!(slot.enter(), Entry::Abandoned);
+        slot.leave();
+        assert_eq!(slot.enter(), Entry::Held);
+        slot.leave();
+        slot.state.store(SETUP, Ordering::Relaxed);
+        assert_eq!(slot.enter(), Entry::Refused);
+        assert_eq!(slot.entries.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn closers_wait_a_bounded_time_and_owners_take_busy_slots() {
+        let slot = ready_slot();
+        assert_eq!(slot.enter(), Entry::Held);
+        let t0 = std::time::Instant::now();
+        assert_eq!(slot.take_for_close(Closer::Other), Closing::Stuck);
+        assert!(t0.elapsed() >= CLOSE_WAIT);
+        assert_eq!(slot.take_for_close(Closer::Owner), Closing::Taken);
+        assert_eq!(slot.state.load(Ordering::Relaxed), CLOSED);
+        slot.state.store(FREE, Ordering::Relaxed);
+        assert_eq!(slot.take_for_close(Closer::Other), Closing::NotOpen);
+        let ready = ready_slot();
+        assert_eq!(ready.take_for_close(Closer::Other), Closing::Taken);
+    }
+
+    #[test]
+    fn a_tid_claims_one_slot_only() {
+        let tracer = tracer_or_init();
+        let tid = 0x7fff_0001;
+        let slot = tracer.claim(tid).expect("a free slot");
+        assert_eq!(slot.state.load(Ordering::Relaxed), SETUP);
+        assert!(matches!(tracer.claim(tid), Err(true)));
+        slot.tid.store(TID_TOMBSTONE, Ordering::Release);
+        slot.state.store(FREE, Ordering::Release);
+    }
 
     #[test]
     fn stack_pointer_checks_are_exact_or_windowed() {

@@ -12,7 +12,8 @@ use crate::decode::BlockCache;
 use crate::sys::{self, Errno};
 
 use super::{
-    handler, ThreadSlot, Tracer, BREAKPOINT_TAG, CLOSED, FREE, READY, SAMPLE_TAG, TID_TOMBSTONE,
+    handler, with_spin, Closer, Closing, ThreadSlot, Tracer, BREAKPOINT_TAG, BUSY, CLOSED, FREE,
+    READY, SAMPLE_TAG, TID_TOMBSTONE,
 };
 
 /// The sampling event of a session, as perf_event_open takes it.
@@ -79,22 +80,30 @@ pub fn sampling_attr(event: &SamplingEvent) -> sys::PerfEventAttr {
     attr
 }
 
-/// Starts tracing thread `tid` (0 is not allowed: pass the real tid).
-/// Idempotent: a thread that already has a slot is left as it is.
-pub fn register(
-    tracer: &'static Tracer,
+/// Starts tracing thread `tid` (0 is not allowed: pass the real tid) and
+/// returns its slot. Idempotent: a thread that already has a slot is left
+/// as it is (`Ok(None)`). Allocation and the two perf_event_open calls run
+/// outside any lock: threads created together register in parallel.
+pub fn register<'t>(
+    tracer: &'t Tracer,
     tid: i32,
     event: &SamplingEvent,
-) -> Result<(), RegisterError> {
-    if tracer.slot_of(tid).is_some() {
-        return Ok(());
-    }
-    let Some(slot) = tracer.claim(tid) else {
-        tracer.table_full.fetch_add(1, Ordering::Relaxed);
-        return Err(RegisterError::TableFull);
+) -> Result<Option<&'t ThreadSlot>, RegisterError> {
+    // Made before the claim, so that a failure leaves nothing to undo.
+    tracer.pool.grow_for_thread();
+    let slot = match tracer.claim(tid) {
+        Ok(slot) => slot,
+        Err(true) => return Ok(None),
+        Err(false) => {
+            tracer.table_full.fetch_add(1, Ordering::Relaxed);
+            return Err(RegisterError::TableFull);
+        }
     };
-    let release = |slot: &ThreadSlot| slot.tid.store(TID_TOMBSTONE, Ordering::Release);
-    // SAFETY: the slot is FREE and claimed by us: no handler holds it.
+    let release = |slot: &ThreadSlot| {
+        slot.tid.store(TID_TOMBSTONE, Ordering::Release);
+        slot.state.store(FREE, Ordering::Release);
+    };
+    // SAFETY: the slot is in SETUP and claimed by us: no handler holds it.
     let t = unsafe { slot.inner() };
     let mut bp_attr = breakpoint_attr();
     let bp_fd = match sys::perf_event_open(&mut bp_attr, tid) {
@@ -105,6 +114,14 @@ pub fn register(
         }
     };
     let mut sample_attr = sampling_attr(event);
+    t.full_period = 0;
+    if !event.freq && event.period > 1 {
+        // A first period drawn uniformly from [1, period].
+        let seed = (tid as u64) ^ sys::now_ns().rotate_left(17);
+        let phase = 1 + seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) % event.period;
+        sample_attr.__bindgen_anon_1.sample_period = phase;
+        t.full_period = event.period;
+    }
     let sample_fd = match sys::perf_event_open(&mut sample_attr, tid) {
         Ok(fd) => fd,
         Err(e) => {
@@ -114,44 +131,75 @@ pub fn register(
     };
     t.bp_attr = bp_attr;
     t.bp_armed = false;
+    t.bp_hits_left = 0;
     t.pending = None;
+    t.chain.clear();
     if t.cache.is_none() {
         t.cache = Some(Box::new(BlockCache::new()));
     }
     t.chain.reserve_exact(super::handler::MAX_CHAIN);
     t.awaiting = None;
     if tracer.dataflow_mode() == super::DataflowMode::Emulate && t.emu.is_none() {
-        t.emu = Some(crate::emulate::Emulator::new(&tracer.exec));
+        // The tracer is the process's one static tracer.
+        t.emu = super::tracer().map(|st| crate::emulate::Emulator::new(&st.exec));
     }
-    tracer.pool.grow_for_thread();
     if t.buffer.is_none() {
         t.buffer = tracer.pool.free.pop();
     }
     let raw = sample_fd.as_raw_fd();
-    t.bp_fd = Some(bp_fd);
-    t.sample_fd = Some(sample_fd);
-    slot.state.store(READY, Ordering::Release);
+    // Armed while the slot is still ours alone (SETUP): once it is READY a
+    // stop may close it, and these descriptors with it, at any moment.
+    let entries = slot.entries.load(Ordering::SeqCst);
     if let Err(e) = sys::perf_refresh(raw, 1) {
-        close(tracer, slot, AbortReason::SessionStop);
+        release(slot);
         return Err(RegisterError::Arm(e));
     }
+    t.bp_fd = Some(bp_fd);
+    t.sample_fd = Some(sample_fd);
+    slot.sample_fd.store(raw, Ordering::Relaxed);
+    // SeqCst: a thread registering itself checks `running` after this
+    // store, and stop clears `running` before it reads the states, so
+    // one of the two sees the other (see session::register_current_thread).
+    slot.state.store(READY, Ordering::SeqCst);
+    if slot.entries.load(Ordering::SeqCst) != entries {
+        // A sample came before the slot was ready and was refused, which
+        // left sampling off: arm it again. Should a stop have closed the
+        // slot meanwhile, this fails on a closed descriptor, or at worst
+        // gives one extra sample to the event that reused its number.
+        let _ = sys::perf_refresh(raw, 1);
+    }
     tracer.threads_registered.fetch_add(1, Ordering::Relaxed);
-    Ok(())
+    Ok(Some(slot))
 }
 
-/// Stops tracing the slot's thread: waits out a running handler, closes an
-/// open trace with `reason`, closes the events, hands the buffer to the
-/// worker and the counters to the session totals.
-pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason) {
-    if !slot.close() {
-        return;
+/// Stops tracing the slot's thread: takes the slot (see [`Closer`]), closes
+/// an open trace with `reason`, closes the events, hands the buffer to the
+/// worker and the counters to the session totals. A slot still busy after
+/// the wait is left as it is and counted (`slots_busy_at_stop`).
+pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Closer) -> Closing {
+    let taken = slot.take_for_close(closer);
+    match taken {
+        Closing::Taken => {}
+        Closing::Stuck => {
+            tracer
+                .host
+                .slots_busy_at_stop
+                .fetch_add(1, Ordering::Relaxed);
+            return taken;
+        }
+        Closing::NotOpen => return taken,
     }
-    // SAFETY: close() made us the holder.
+    // SAFETY: take_for_close made us the holder.
     let t = unsafe { slot.inner() };
     handler::close_open_trace(t, &slot.counters, TraceEnd::Aborted(reason));
+    t.chain.clear();
     // Closing the fds disables both events.
-    t.sample_fd = None;
-    t.bp_fd = None;
+    with_spin(&tracer.fd_lock, || {
+        slot.sample_fd.store(-1, Ordering::Relaxed);
+        t.sample_fd = None;
+        t.bp_fd = None;
+    });
+    t.bp_hits_left = 0;
     if let Some(buffer) = t.buffer.take() {
         let queue = if buffer.is_empty() {
             &tracer.pool.free
@@ -165,6 +213,7 @@ pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason) {
     slot.tid.store(TID_TOMBSTONE, Ordering::Release);
     debug_assert_eq!(slot.state.load(Ordering::Relaxed), CLOSED);
     slot.state.store(FREE, Ordering::Release);
+    taken
 }
 
 /// Closes every traced thread (session stop). Threads that are gone are
@@ -177,13 +226,63 @@ pub fn close_all(tracer: &Tracer) -> Vec<i32> {
         if tid <= 0 {
             continue;
         }
-        let reason = if sys::thread_alive(tid) {
-            AbortReason::SessionStop
+        let (reason, closer) = if sys::thread_alive(tid) {
+            (AbortReason::SessionStop, Closer::Other)
         } else {
-            AbortReason::ThreadExit
+            (AbortReason::ThreadExit, Closer::Owner)
         };
-        close(tracer, slot, reason);
+        close(tracer, slot, reason, closer);
         tids.push(tid);
     }
     tids
+}
+
+/// The worker's periodic look at the table (never in a handler):
+///
+/// - a slot whose thread is gone is closed (threads found at start have no
+///   exit hook of ours; a thread killed by a raw exit has none either);
+/// - a slot `BUSY` at two looks in a row with no handler entry between
+///   them is stuck: its handler was abandoned before it re-armed sampling,
+///   so no SIGTRAP of ours will ever reach the thread again. The sweep
+///   re-arms the thread's sampling; its next handler takes the slot back.
+///   A handler merely preempted that long is harmless to poke: one extra
+///   sample arrives while its trace is open and is ignored.
+pub fn sweep(tracer: &Tracer) {
+    for slot in tracer.slots.iter() {
+        let tid = slot.tid();
+        if tid <= 0 {
+            continue;
+        }
+        if !sys::thread_alive(tid) {
+            if close(tracer, slot, AbortReason::ThreadExit, Closer::Owner) == Closing::Taken {
+                tracer.host.threads_gone.fetch_add(1, Ordering::Relaxed);
+            }
+            continue;
+        }
+        if slot.state.load(Ordering::Acquire) != BUSY {
+            slot.entries_seen_busy.store(u32::MAX, Ordering::Relaxed);
+            slot.poked.store(false, Ordering::Relaxed);
+            continue;
+        }
+        let entries = slot.entries.load(Ordering::Relaxed);
+        if slot.entries_seen_busy.swap(entries, Ordering::Relaxed) != entries {
+            slot.poked.store(false, Ordering::Relaxed);
+            continue;
+        }
+        // Once per stuck episode: each poke adds one sample to the event's
+        // limit, and a thread asleep in a system call takes none.
+        if slot.poked.swap(true, Ordering::Relaxed) {
+            continue;
+        }
+        with_spin(&tracer.fd_lock, || {
+            let raw = slot.sample_fd.load(Ordering::Relaxed);
+            if slot.state.load(Ordering::Acquire) == BUSY && slot.tid() == tid && raw >= 0 {
+                let _ = sys::perf_refresh(raw, 1);
+                tracer
+                    .host
+                    .stuck_slots_poked
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
 }

@@ -191,7 +191,7 @@ pub fn counter(summary: &serde_json::Value, path: &str) -> u64 {
         .unwrap_or_else(|| panic!("summary.json {path} is not a count: {value}"))
 }
 
-pub const ABORT_KINDS: [&str; 13] = [
+pub const ABORT_KINDS: [&str; 14] = [
     "rseq",
     "sp_mismatch",
     "pc_mismatch",
@@ -205,6 +205,7 @@ pub const ABORT_KINDS: [&str; 13] = [
     "speculation_mismatch",
     "checkpoint_unreached",
     "emulation_fault",
+    "handler_abandoned",
 ];
 pub const DROP_KINDS: [&str; 5] = [
     "no_free_buffer",

@@ -1,0 +1,523 @@
+//! The injected library survives its host (issue 8): the program's own
+//! signal handlers, longjmp, thread exits and cancellation, fork, many live
+//! threads and dlopen leave it running exactly as it runs natively, and the
+//! session still stops and writes its profile.
+//!
+//! Every run here is bounded by a generous limit so that a hang fails the
+//! test instead of stalling the suite; no assertion is about speed.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Far above what any of these runs needs on a loaded machine.
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// A finished run and the CPU time it and its descendants used.
+struct Run {
+    output: Output,
+    cpu: Duration,
+}
+
+/// Runs `command` to its end, failing the test if it is still running after
+/// `LIMIT` (then it is killed). The CPU time comes from wait4's rusage: the
+/// process and every descendant it waited for.
+// The child is reaped by wait4 (which gives its rusage), not by Child::wait.
+#[allow(clippy::zombie_processes)]
+fn run_bounded(what: &str, mut command: Command, scratch: &Scratch) -> Run {
+    let out_path = scratch.path(&format!("{what}.stdout"));
+    let err_path = scratch.path(&format!("{what}.stderr"));
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let pid = child.id() as libc::pid_t;
+    let t0 = Instant::now();
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: plain data, filled by wait4.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child with valid out-pointers.
+        let got = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if got == pid {
+            break (ExitStatus::from_raw(status), usage);
+        }
+        assert!(got == 0, "{what}: wait4 failed");
+        if t0.elapsed() > LIMIT {
+            // SAFETY: signals our own child, not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let mut status = 0;
+            // SAFETY: reaps it.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            panic!(
+                "{what}: still running after {} s (hung); stderr:\n{}",
+                LIMIT.as_secs(),
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    Run {
+        output: Output {
+            status,
+            stdout: std::fs::read(&out_path).unwrap(),
+            stderr: std::fs::read(&err_path).unwrap(),
+        },
+        cpu: time(usage.ru_utime) + time(usage.ru_stime),
+    }
+}
+
+/// `profiler-ctl record -q [-c PERIOD] -o OUT -- PROGRAM ARGS`, bounded.
+fn record_bounded(
+    tracer: &Tracer,
+    scratch: &Scratch,
+    out: &Path,
+    period_ns: Option<u64>,
+    program: &Path,
+    args: &[&str],
+) -> Run {
+    let mut command = Command::new(&tracer.ctl);
+    command.args(["record", "-q"]);
+    if let Some(p) = period_ns {
+        command.args(["-c", &p.to_string()]);
+    }
+    command.arg("-o").arg(out).arg("--").arg(program).args(args);
+    let name = out.file_name().and_then(OsStr::to_str).unwrap_or("record");
+    run_bounded(name, command, scratch)
+}
+
+fn native(scratch: &Scratch, program: &Path, args: &[&str]) -> Run {
+    let mut command = Command::new(program);
+    command.args(args);
+    run_bounded("native", command, scratch)
+}
+
+/// The library preloaded with no session: only its constructor and its
+/// interposers run. The library's variables are cleared so that none
+/// inherited from the environment starts a session.
+fn preloaded_only(tracer: &Tracer, scratch: &Scratch, program: &Path, args: &[&str]) -> Run {
+    let mut command = Command::new(program);
+    command.args(args).env("LD_PRELOAD", &tracer.lib);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("BREAKDANCE_") {
+            command.env_remove(key);
+        }
+    }
+    run_bounded("preloaded", command, scratch)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A host counter of summary.json (`host.NAME`), 0 when absent.
+fn host_counter(summary: &serde_json::Value, name: &str) -> u64 {
+    summary["host"][name].as_u64().unwrap_or(0)
+}
+
+/// Samples cover at least a tenth of the CPU time the program spent: the
+/// thread went on being sampled (a trace's own stops are not sampled, so
+/// all of it is never covered).
+fn assert_sampling_went_on(name: &str, rec: &Recording, period_ns: u64, cpu_ms: u64) {
+    let samples = counter(&rec.summary, "samples");
+    let expected = cpu_ms * 1_000_000 / period_ns;
+    assert!(
+        samples * 10 >= expected,
+        "{name}: {samples} samples for {cpu_ms} ms of CPU at a {period_ns} ns period \
+         (about {expected} expected): sampling stopped; {}",
+        rec.summary
+    );
+}
+
+/// SIGALRM every millisecond whose handler leaves by siglongjmp: the
+/// tracer's handler is never left half-way by it, sampling goes on, and the
+/// session stops at exit with its profile.
+#[test]
+fn siglongjmp_out_of_sigalrm_keeps_sampling_and_stopping() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("sigalrm");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "sigalrm_longjmp",
+        &["sigalrm_longjmp.c"],
+        &[],
+    );
+    let cpu_ms = 600;
+    let args = [cpu_ms.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let native = native(&scratch, &program, &args);
+    assert!(
+        text(&native.output.stdout).contains("jumped: yes"),
+        "native: {:?}",
+        native.output
+    );
+    let out = scratch.path("out");
+    let period = 1_000_000;
+    let profiled = record_bounded(&tracer, &scratch, &out, Some(period), &program, &args);
+    assert_same_behaviour("sigalrm_longjmp", &native.output, &profiled.output);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_valid_traces("sigalrm_longjmp", &rec);
+    assert_sampling_went_on("sigalrm_longjmp", &rec, period, cpu_ms);
+}
+
+/// A SIGPROF handler that runs the code where the breakpoint is armed, with
+/// nothing blocked and with every signal blocked: the thread never
+/// livelocks on breakpoint hits it cannot take.
+#[test]
+fn sigprof_handler_running_traced_code_does_not_livelock() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("sigprof");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "sigprof_nested",
+        &["sigprof_nested.c"],
+        &[],
+    );
+    for mask in ["none", "full"] {
+        let args = ["200000", mask];
+        let native = native(&scratch, &program, &args);
+        let out = scratch.path(&format!("out-{mask}"));
+        let profiled = record_bounded(&tracer, &scratch, &out, Some(200_000), &program, &args);
+        assert_same_behaviour(
+            &format!("sigprof_nested {mask}"),
+            &native.output,
+            &profiled.output,
+        );
+        let rec = load(&out);
+        check_summary(&rec);
+        assert_valid_traces(&format!("sigprof_nested {mask}"), &rec);
+    }
+}
+
+/// The program's SIGSEGV handler recovers by siglongjmp from a fault the
+/// tracer's handler meets first (it reads the unmapped slot the traced jump
+/// is about to read): the abandoned handler is noticed and counted,
+/// sampling goes on, and the session stops at exit.
+#[test]
+fn siglongjmp_out_of_a_fault_in_the_tracer_handler() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("segv");
+    let program = build(&clang, &scratch.0, "segv_longjmp", &["segv_longjmp.c"], &[]);
+    let cpu_ms = 1500;
+    let args = [cpu_ms.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let native = native(&scratch, &program, &args);
+    let out = scratch.path("out");
+    let period = 1_000_000;
+    let profiled = record_bounded(&tracer, &scratch, &out, Some(period), &program, &args);
+    assert_same_behaviour("segv_longjmp", &native.output, &profiled.output);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_valid_traces("segv_longjmp", &rec);
+    eprintln!(
+        "segv_longjmp: {} handlers abandoned, {} stuck slots poked",
+        host_counter(&rec.summary, "handlers_abandoned"),
+        host_counter(&rec.summary, "stuck_slots_poked")
+    );
+    assert_sampling_went_on("segv_longjmp", &rec, period, cpu_ms);
+}
+
+/// 1200 threads ending by return, pthread_exit and pthread_cancel under a
+/// tight file limit: no descriptor leaks, the program's own opens succeed,
+/// the thread table never fills, and threads started after all of them are
+/// still traced.
+#[test]
+fn thread_exits_and_cancellation_leak_nothing() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("thread-exits");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "thread_exits",
+        &["thread_exits.c"],
+        &["-pthread"],
+    );
+    let args = ["3000000"];
+    let native = native(&scratch, &program, &args);
+    assert!(
+        text(&native.output.stdout).contains("fds-leaked=0 opened=16/16"),
+        "native: {:?}",
+        native.output
+    );
+    let out = scratch.path("out");
+    let profiled = record_bounded(&tracer, &scratch, &out, Some(500_000), &program, &args);
+    assert_same_behaviour("thread_exits", &native.output, &profiled.output);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_valid_traces("thread_exits", &rec);
+    assert_eq!(
+        counter(&rec.summary, "drops.thread_table_full"),
+        0,
+        "{}",
+        rec.summary
+    );
+    let threads = counter(&rec.summary, "threads");
+    assert!(
+        threads >= 1205,
+        "summary.json threads is {threads}; the program ran 1205"
+    );
+    assert!(
+        functions_in_traces(&rec.script).contains("final_work"),
+        "the threads started after 1200 exits were not traced"
+    );
+}
+
+/// A child forked (without exec) from a program with threads has the
+/// threads and descriptors it has natively and may enter a user namespace,
+/// whether the library is only preloaded or a session runs in the parent.
+#[test]
+fn forked_child_is_left_as_it_is_natively() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("fork-unshare");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "fork_unshare",
+        &["fork_unshare.c"],
+        &["-pthread"],
+    );
+    let args = ["2000000"];
+    let native = native(&scratch, &program, &args);
+    assert!(
+        text(&native.output.stdout).contains("child threads=1 "),
+        "native: {:?}",
+        native.output
+    );
+    let preloaded = preloaded_only(&tracer, &scratch, &program, &args);
+    assert_same_behaviour(
+        "fork_unshare (preloaded)",
+        &native.output,
+        &preloaded.output,
+    );
+    let out = scratch.path("out");
+    let profiled = record_bounded(&tracer, &scratch, &out, Some(200_000), &program, &args);
+    assert_same_behaviour("fork_unshare (recorded)", &native.output, &profiled.output);
+    let rec = load(&out);
+    check_summary(&rec);
+}
+
+/// 500 live threads, at a 200 µs period and at the default one: the run
+/// finishes, writes its profile, and at the default period the samples
+/// account for most of the CPU the process used (the tracer's own cost per
+/// thread stays out of the way).
+#[test]
+fn five_hundred_live_threads() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("many-threads");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "many_threads",
+        &["many_threads.c"],
+        &["-pthread"],
+    );
+    let args = ["500", "4000000"];
+    let native = native(&scratch, &program, &args);
+    for (name, period) in [("fast", Some(200_000)), ("default", None)] {
+        let out = scratch.path(&format!("out-{name}"));
+        let profiled = record_bounded(&tracer, &scratch, &out, period, &program, &args);
+        assert_same_behaviour(
+            &format!("many_threads {name}"),
+            &native.output,
+            &profiled.output,
+        );
+        let rec = load(&out);
+        check_summary(&rec);
+        assert!(
+            counter(&rec.summary, "threads") >= 501,
+            "{name}: {}",
+            rec.summary
+        );
+        let period = counter(&rec.summary, "config.period");
+        let sampled = Duration::from_nanos(counter(&rec.summary, "samples") * period);
+        eprintln!(
+            "many_threads {name}: native CPU {:?}, profiled CPU {:?}, sampled {:?}",
+            native.cpu, profiled.cpu, sampled
+        );
+        if name == "default" {
+            assert!(
+                sampled * 10 >= profiled.cpu * 3,
+                "{name}: samples cover {sampled:?} of the {:?} of CPU the run used: \
+                 the time goes somewhere sampling does not see",
+                profiled.cpu
+            );
+        }
+    }
+}
+
+/// A plugin loaded with dlopen during the session is traced: few traces end
+/// for want of its mapping, and its profile is written.
+#[test]
+fn dlopened_code_is_traced() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("dlopen");
+    let plugin = build(
+        &clang,
+        &scratch.0,
+        "libplugin.so",
+        &["plugin.c"],
+        &["-shared", "-fPIC"],
+    );
+    let program = build(
+        &clang,
+        &scratch.0,
+        "plugin_host",
+        &["plugin_host.c"],
+        &["-ldl"],
+    );
+    let plugin_arg = plugin.to_string_lossy().into_owned();
+    let args = [plugin_arg.as_str(), "400"];
+    let native = native(&scratch, &program, &args);
+    let out = scratch.path("out");
+    let profiled = record_bounded(&tracer, &scratch, &out, Some(200_000), &program, &args);
+    assert_same_behaviour("plugin_host", &native.output, &profiled.output);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_valid_traces("plugin_host", &rec);
+    let started = counter(&rec.summary, "traces_started");
+    let outside = counter(&rec.summary, "aborts.outside_mappings");
+    assert!(
+        outside * 4 <= started,
+        "{outside} of {started} traces ended outside the known mappings: \
+         the plugin's code was not learnt in time"
+    );
+    assert!(
+        !module_edges(&rec.script, "libplugin.so").is_empty(),
+        "no branch of the plugin in perf.script"
+    );
+    assert!(
+        rec.dir.join("libplugin.so.afdo.txt").is_file(),
+        "no AutoFDO profile for the plugin"
+    );
+}
+
+/// Perf event descriptors open in process `pid`.
+fn perf_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| l.to_string_lossy().contains("perf_event"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Threads that existed before the session started (so the library never
+/// wrapped them) and end during it: their events are closed by the
+/// worker's sweep, not kept until stop.
+#[test]
+fn threads_found_at_start_are_closed_when_they_end() {
+    use std::io::{BufRead, BufReader, Write};
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("threads-gone");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "threads_exit_later",
+        &["threads_exit_later.c"],
+        &["-pthread"],
+    );
+    let socket = scratch.path("ctl.sock");
+    let mut child = Command::new(&program)
+        .env("LD_PRELOAD", &tracer.lib)
+        .env("BREAKDANCE_SOCKET", &socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    let pid = child.id();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let t0 = Instant::now();
+    while !socket.exists() {
+        assert!(
+            t0.elapsed() < LIMIT,
+            "no control socket at {}",
+            socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = scratch.path("out");
+    let ctl = |args: &[&str]| {
+        let output = Command::new(&tracer.ctl)
+            .args(args)
+            .arg("--socket")
+            .arg(&socket)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{args:?}: {output:?}");
+    };
+    ctl(&["start", "-c", "1000000", "-o", out.to_str().unwrap()]);
+    // Main and the eight waiters, two events each.
+    assert_eq!(perf_fds(pid), 18, "events of the nine threads at start");
+    stdin.write_all(b"go\n").unwrap();
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.starts_with("joined "), "{line:?}");
+    // The sweep closes the ended threads' events; wait for it to be seen.
+    let t0 = Instant::now();
+    while perf_fds(pid) != 2 {
+        assert!(
+            t0.elapsed() < LIMIT,
+            "{} perf descriptors still open after the threads ended",
+            perf_fds(pid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ctl(&["stop"]);
+    stdin.write_all(b"end\n").unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let rec = load(&out);
+    assert_eq!(
+        host_counter(&rec.summary, "threads_gone"),
+        8,
+        "{}",
+        rec.summary
+    );
+}
