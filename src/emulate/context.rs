@@ -192,7 +192,7 @@ mod tests {
         warm();
         let mut state = CpuState::new();
         OUT.store(&mut state, Ordering::SeqCst);
-        let old = sys::install_handler(libc::SIGUSR2, on_usr2, &[], 0).unwrap();
+        let old = sys::install_handler(libc::SIGUSR2, on_usr2, sys::Blocked::These(&[]), 0).unwrap();
         let marker: u64 = 0x1234_5678_9abc_def0;
         // SAFETY: loads xmm7 and r12 with known values, then raises a
         // signal on this thread; the handler only reads the frame.
