@@ -655,9 +655,23 @@ pub(super) fn arm_breakpoint(t: &mut ThreadTrace, addr: u64) -> bool {
     let Some(fd) = t.bp_fd.as_ref().map(|f| f.as_raw_fd()) else {
         return false;
     };
+    // Enables the event where it was parked (an address this handler does
+    // not run) before it moves.
+    if !top_up_breakpoint(t, fd) {
+        return false;
+    }
+    t.bp_attr.__bindgen_anon_3.bp_addr = addr;
+    t.bp_attr.set_disabled(0);
+    let ok = sys::perf_modify_attributes(fd, &mut t.bp_attr).is_ok();
+    t.bp_armed = ok;
+    ok
+}
+
+/// Tops the breakpoint event's limit up when fewer than two hits are left
+/// (see [`arm_breakpoint`]). Also for a breakpoint left where it is across
+/// several hits (an emulate-mode checkpoint in a loop). Async-signal-safe.
+pub(super) fn top_up_breakpoint(t: &mut ThreadTrace, fd: std::os::fd::RawFd) -> bool {
     if t.bp_hits_left < 2 {
-        // Enables the event where it was parked (an address this handler
-        // does not run) before it moves.
         let add = BREAKPOINT_HIT_BUDGET - t.bp_hits_left;
         if sys::perf_refresh(fd, add as i32).is_err() {
             t.bp_armed = false;
@@ -665,11 +679,7 @@ pub(super) fn arm_breakpoint(t: &mut ThreadTrace, addr: u64) -> bool {
         }
         t.bp_hits_left = BREAKPOINT_HIT_BUDGET;
     }
-    t.bp_attr.__bindgen_anon_3.bp_addr = addr;
-    t.bp_attr.set_disabled(0);
-    let ok = sys::perf_modify_attributes(fd, &mut t.bp_attr).is_ok();
-    t.bp_armed = ok;
-    ok
+    true
 }
 
 /// Replaces the thread's breakpoint event by a fresh one, when what is

@@ -16,6 +16,8 @@
 //!
 //! Contract of everything here: async-signal-safe, as `handler.rs`.
 
+use std::os::fd::AsRawFd;
+
 use crate::buffer::{AbortReason, BranchEntry, TraceBuffer, TraceEnd};
 use crate::emulate::{context, EntrySink, Outcome, SegmentEnd, Validation};
 use crate::sys;
@@ -158,10 +160,18 @@ pub(super) fn on_breakpoint(
             advance(tracer, slot, t, true);
         }
         Awaiting::Checkpoint { hits, .. } if hits > 1 => {
-            // An earlier pass of the loop the segment went round.
+            // An earlier pass of the loop the segment went round. The
+            // breakpoint stays; its hit limit must not run out there.
             Counters::bump(&c.checkpoint_extra_hits);
             if let Some(Awaiting::Checkpoint { hits: h, .. }) = t.awaiting.as_mut() {
                 *h = hits - 1;
+            }
+            let fd = t.bp_fd.as_ref().map(|f| f.as_raw_fd());
+            if let Some(fd) = fd {
+                if !handler::top_up_breakpoint(t, fd) {
+                    discard_segment(t);
+                    end(tracer, slot, t, TraceEnd::Aborted(AbortReason::BreakpointFailed));
+                }
             }
         }
         Awaiting::Checkpoint { committed, end: segment_end, .. } => {
