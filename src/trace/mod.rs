@@ -184,6 +184,9 @@ pub struct ThreadTrace {
     /// mode) and what its breakpoint waits for.
     pub emu: Option<Box<crate::emulate::Emulator>>,
     pub awaiting: Option<speculative::Awaiting>,
+    /// Emulate mode: the open trace's length before the entries not yet
+    /// validated (see `speculative`).
+    pub committed: Option<usize>,
 }
 
 /// One transfer the data-flow model resolved.
@@ -216,6 +219,7 @@ impl ThreadTrace {
             chain: Vec::new(),
             emu: None,
             awaiting: None,
+            committed: None,
         }
     }
 }
@@ -556,6 +560,7 @@ pub fn forget_parent_threads(tracer: &Tracer) {
         t.bp_fd = None;
         t.pending = None;
         t.awaiting = None;
+        t.committed = None;
         t.bp_armed = false;
         t.bp_hits_left = 0;
         t.chain.clear();

@@ -9,7 +9,10 @@
 //! - entries past `committed` are never written: a trace that ends for any
 //!   reason other than a matching checkpoint is cut back to `committed`
 //!   first (`discard_segment`), so every entry in a closed trace was
-//!   validated;
+//!   validated. `ThreadTrace::committed` is set before the emulator pushes
+//!   anything, so this holds even for a handler abandoned half-way (an
+//!   application handler left it by longjmp: the next one takes the slot
+//!   back and closes the trace through `discard_segment`);
 //! - sampling stays armed while a checkpoint is pending: a segment whose
 //!   checkpoint never comes (longjmp, a blocked thread, a signal handler)
 //!   is discarded at the next sample and counted `checkpoint_unreached`.
@@ -70,13 +73,12 @@ impl EntrySink for OpenTrace<'_> {
 /// leave the open trace. Returns whether anything was pending. Also called
 /// by the control thread (holding the slot) when it closes a thread.
 pub(super) fn discard_segment(t: &mut ThreadTrace) -> bool {
-    let pending = t.awaiting.take();
-    if let Some(Awaiting::Checkpoint { committed, .. }) = pending {
+    if let Some(committed) = t.committed.take() {
         if let Some(b) = t.buffer.as_mut() {
             b.truncate_open(committed);
         }
     }
-    pending.is_some()
+    t.awaiting.take().is_some()
 }
 
 pub(super) fn on_sample(
@@ -186,6 +188,7 @@ pub(super) fn on_breakpoint(
             match verdict {
                 Validation::Match => {
                     t.awaiting = None;
+                    t.committed = None;
                     let open = t.buffer.as_ref().map_or(0, |b| b.open_len());
                     Counters::add(&c.entries_recorded, (open - committed) as u64);
                     Counters::add(&c.speculated_taken, (open - committed) as u64);
@@ -201,10 +204,7 @@ pub(super) fn on_breakpoint(
                     } else {
                         Counters::bump(&c.speculation_mismatch_memory);
                     }
-                    if let Some(b) = t.buffer.as_mut() {
-                        b.truncate_open(committed);
-                    }
-                    t.awaiting = None;
+                    discard_segment(t);
                     end(
                         tracer,
                         slot,
@@ -230,6 +230,9 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     };
     let committed = buffer.open_len();
     let wanted = lbr.saturating_sub(committed).max(1);
+    // Before the first push: whatever happens to this handler, the entries
+    // after `committed` are not the trace's until validated.
+    t.committed = Some(committed);
     let e0 = sys::raw::clock_ns();
     let outcome = emu.run(&mut OpenTrace(buffer), wanted, resumed);
     Counters::add(&c.emulation_ns, sys::raw::clock_ns().saturating_sub(e0));

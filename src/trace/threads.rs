@@ -139,6 +139,7 @@ pub fn register<'t>(
     }
     t.chain.reserve_exact(super::handler::MAX_CHAIN);
     t.awaiting = None;
+    t.committed = None;
     if tracer.dataflow_mode() == super::DataflowMode::Emulate && t.emu.is_none() {
         // The tracer is the process's one static tracer.
         t.emu = super::tracer().map(|st| crate::emulate::Emulator::new(&st.exec));
