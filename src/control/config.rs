@@ -7,7 +7,7 @@ use perf_event_open_sys::bindings as pb;
 
 use crate::output::dir::OutputDir;
 use crate::trace::threads::SamplingEvent;
-use crate::trace::DataflowMode;
+use crate::trace::Lookahead;
 
 /// The longest trace the buffers are sized for.
 pub const MAX_LBR: usize = 4096;
@@ -104,7 +104,7 @@ pub struct Options {
     pub freq: Option<u64>,
     pub lbr: Option<usize>,
     pub output: Option<PathBuf>,
-    pub dataflow: Option<DataflowMode>,
+    pub lookahead: Option<Lookahead>,
     /// Write into an output directory of another user.
     pub force_dir: bool,
 }
@@ -136,11 +136,11 @@ impl Options {
             }
             "out" => self.output = Some(PathBuf::from(value)),
             "dataflow" => {
-                self.dataflow = Some(match value {
-                    "on" => DataflowMode::On,
-                    "off" => DataflowMode::Off,
-                    "verify" => DataflowMode::Verify,
-                    "emulate" => DataflowMode::Emulate,
+                self.lookahead = Some(match value {
+                    "on" => Lookahead::Dataflow,
+                    "off" => Lookahead::Paper,
+                    "verify" => Lookahead::Verify,
+                    "emulate" => Lookahead::Emulate,
                     _ => return Err(ConfigError::Dataflow(value.to_string())),
                 })
             }
@@ -236,7 +236,7 @@ pub struct Resolved {
     /// Absolute, so that a stop writes where start checked.
     pub output: PathBuf,
     pub force_dir: bool,
-    pub dataflow: DataflowMode,
+    pub lookahead: Lookahead,
 }
 
 /// Picks the default event (a hardware branch event where a PMU exists,
@@ -276,7 +276,7 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
         lbr: o.lbr.unwrap_or(DEFAULT_LBR),
         output,
         force_dir: o.force_dir,
-        dataflow: o.dataflow.unwrap_or(DataflowMode::On),
+        lookahead: o.lookahead.unwrap_or(Lookahead::Dataflow),
     })
 }
 

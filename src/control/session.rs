@@ -359,8 +359,8 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer.threads_registered.store(0, Ordering::Relaxed);
     tracer.lbr.store(resolved.lbr, Ordering::Relaxed);
     tracer
-        .dataflow
-        .store(resolved.dataflow as u8, Ordering::Relaxed);
+        .lookahead
+        .store(resolved.lookahead as u8, Ordering::Relaxed);
     // Every asynchronous signal is blocked while the handler runs: an
     // application handler never runs inside it (it would find the slot
     // busy, or leave ours half-way by longjmp).
@@ -371,14 +371,17 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         chain::Kind::Trap,
     )
     .map_err(StartError::Handler)?;
-    if resolved.dataflow == trace::DataflowMode::Emulate {
-        // The emulator's fault-safe loads need our fault handler in front
-        // of the application's; built before any thread is traced.
+    // The handlers read the thread's memory through fault-safe loads (the
+    // emulator's, and a breakpoint's branch reading its return address or
+    // jump-table slot): our fault handler goes in front of the
+    // application's for the session. The emulator is built before any
+    // thread is traced.
+    if resolved.lookahead.emulates() {
         crate::emulate::warm();
-        for sig in [libc::SIGSEGV, libc::SIGBUS] {
-            chain::install(sig, chain::on_fault, sys::Blocked::These(&[]), chain::Kind::Fault)
-                .map_err(StartError::Handler)?;
-        }
+    }
+    for sig in [libc::SIGSEGV, libc::SIGBUS] {
+        chain::install(sig, chain::on_fault, sys::Blocked::These(&[]), chain::Kind::Fault)
+            .map_err(StartError::Handler)?;
     }
 
     // The worker exists before any thread is traced or `running` is set,
@@ -579,7 +582,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
         period: r.period,
         freq: r.freq,
         lbr: r.lbr,
-        dataflow: dataflow_name(r.dataflow).to_string(),
+        dataflow: dataflow_name(r.lookahead).to_string(),
         duration_ns: sys::now_ns() - running.started_ns,
         threads: tracer.threads_registered.load(Ordering::Relaxed),
         counters,
@@ -605,12 +608,12 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
     write(state, unwritten)
 }
 
-fn dataflow_name(mode: trace::DataflowMode) -> &'static str {
+fn dataflow_name(mode: trace::Lookahead) -> &'static str {
     match mode {
-        trace::DataflowMode::Off => "off",
-        trace::DataflowMode::On => "on",
-        trace::DataflowMode::Verify => "verify",
-        trace::DataflowMode::Emulate => "emulate",
+        trace::Lookahead::Paper => "off",
+        trace::Lookahead::Dataflow => "on",
+        trace::Lookahead::Verify => "verify",
+        trace::Lookahead::Emulate => "emulate",
     }
 }
 

@@ -12,7 +12,6 @@
 //! Everything here is reachable from the signal handlers: no allocation,
 //! decoding into one reused `Instruction`.
 
-pub mod dataflow;
 pub mod form;
 
 use iced_x86::{Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction};
@@ -73,9 +72,6 @@ pub struct Segment {
     pub sp_delta: Option<i32>,
     /// Instructions decoded, the end included.
     pub instructions: u32,
-    /// Every instruction before the end is inside the data-flow model, so
-    /// the registers at the end follow from the registers at `start`.
-    pub pure: bool,
 }
 
 /// Decodes the segment starting at `start`. `insn` is scratch space reused
@@ -84,14 +80,11 @@ pub fn decode_segment(code: &impl CodeSource, start: u64, insn: &mut Instruction
     let mut pc = start;
     let mut sp_delta = Some(0i32);
     let mut count = 0u32;
-    let mut pure = true;
-    let mut scratch = dataflow::RegState::zeroed();
     let fail = |at, why, sp_delta, count| Segment {
         start,
         end: SegmentEnd::Fail { at, why },
         sp_delta,
         instructions: count,
-        pure: false,
     };
     'windows: loop {
         let Some(bytes) = code.code_at(pc) else {
@@ -114,11 +107,9 @@ pub fn decode_segment(code: &impl CodeSource, start: u64, insn: &mut Instruction
                     end,
                     sp_delta,
                     instructions: count,
-                    pure,
                 };
             }
             sp_delta = sp_delta.and_then(|d| sp_effect(insn).map(|e| d + e));
-            pure = pure && dataflow::step(insn, &mut scratch, &dataflow::Zeroes);
             pc = insn.next_ip();
             if count >= MAX_SEGMENT_INSTRUCTIONS {
                 return fail(pc, DecodeFailure::LookaheadLimit, sp_delta, count);
@@ -170,37 +161,6 @@ fn sp_effect(insn: &Instruction) -> Option<i32> {
         }
         _ => None,
     }
-}
-
-/// Applies the instructions of a pure segment before its end to `st` (the
-/// registers at `seg.start`), leaving the registers at the end. False when
-/// the code could not be decoded again or left the model.
-pub fn replay(
-    code: &impl CodeSource,
-    seg: &Segment,
-    insn: &mut Instruction,
-    st: &mut dataflow::RegState,
-    mem: &impl Memory,
-) -> bool {
-    let mut pc = seg.start;
-    let mut left = seg.instructions.saturating_sub(1);
-    while left > 0 {
-        let Some(bytes) = code.code_at(pc) else {
-            return false;
-        };
-        let Ok(mut decoder) = Decoder::try_with_ip(64, bytes, pc, DecoderOptions::NONE) else {
-            return false;
-        };
-        while left > 0 && decoder.can_decode() {
-            decoder.decode_out(insn);
-            if insn.is_invalid() || !dataflow::step(insn, st, mem) {
-                return false;
-            }
-            pc = insn.next_ip();
-            left -= 1;
-        }
-    }
-    true
 }
 
 /// The x86-64 encoding number of a 64- or 32-bit general-purpose register.
@@ -389,7 +349,6 @@ const EMPTY_SEGMENT: Segment = Segment {
     },
     sp_delta: None,
     instructions: 0,
-    pure: false,
 };
 
 impl BlockCache {

@@ -270,6 +270,14 @@ impl LiveMemory {
         Ok(())
     }
 
+    /// Whether every byte of `[addr, addr + size)` was stored by this
+    /// segment (a load of them reads no real memory).
+    pub fn covers(&self, addr: u64, size: usize) -> bool {
+        chunks(addr, size).iter().all(|&(q, mask, _)| {
+            mask == 0 || self.stored(q).is_some_and(|s| s.mask & mask == mask)
+        })
+    }
+
     /// Reads every logged address again (see the module doc), except
     /// those in `dead`: stack below the red zone at the checkpoint, which
     /// the program no longer owns and where the checkpoint's own signal
@@ -363,6 +371,18 @@ mod tests {
         assert_eq!(fresh.load(&mem, 0x2004, 4), Ok(0));
         assert_eq!(fresh.logged(), (0, 1));
         assert_eq!(mem.0.borrow()[&0x1000], 0x8877_6655_4433_2211);
+    }
+
+    #[test]
+    fn covers_says_whether_the_overlay_holds_every_byte() {
+        let mut m = LiveMemory::new();
+        m.store(0x1004, 4, 1).unwrap();
+        assert!(m.covers(0x1004, 4));
+        assert!(m.covers(0x1006, 2));
+        assert!(!m.covers(0x1002, 4));
+        assert!(!m.covers(0x1000, 8));
+        m.store(0x1008, 8, 2).unwrap();
+        assert!(m.covers(0x1004, 8));
     }
 
     #[test]

@@ -73,15 +73,48 @@ impl Probe for RealMemory {
     }
 }
 
+/// What the emulation may read of real memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadPolicy {
+    /// Anything (emulate mode: a checkpoint validates every word read).
+    Live,
+    /// The data-flow look-ahead, whose answers no checkpoint checks:
+    /// memory the program cannot change (mapped without write permission),
+    /// bytes its own emulated stores wrote, and, for the one instruction
+    /// being stepped, the stack slot a pop, leave or ret reads (saved
+    /// registers and return addresses, which no other thread writes).
+    /// Everything else is refused.
+    Dataflow { stack_slot: Option<u64> },
+}
+
 /// Memory as the emulated code sees it: see [`memory`].
 pub struct SpecMemory {
     live: Box<LiveMemory>,
     exec: &'static ExecMap,
+    policy: ReadPolicy,
+}
+
+impl SpecMemory {
+    /// Whether the policy lets the emulation read `[addr, addr + size)`.
+    #[inline]
+    fn readable(&self, addr: u64, size: usize) -> bool {
+        match self.policy {
+            ReadPolicy::Live => true,
+            ReadPolicy::Dataflow { stack_slot } => {
+                stack_slot.is_some_and(|slot| addr >= slot && addr + size as u64 <= slot + 8)
+                    || self.live.covers(addr, size)
+                    || self.exec.is_immutable(addr, size as u64)
+            }
+        }
+    }
 }
 
 impl x86_sem::Memory for SpecMemory {
     #[inline]
     fn load(&mut self, addr: u64, size: usize) -> Result<u64, MemError> {
+        if !self.readable(addr, size) {
+            return Err(MemError::Refused { addr });
+        }
         self.live
             .load(&RealMemory, addr, size)
             .map_err(|e| match e {
@@ -254,6 +287,30 @@ pub struct Emulator {
     cache_generation: u32,
     /// The state predicted at the checkpoint of the last segment.
     pub predicted: CpuState,
+    /// Whether the last run started at a breakpoint stop (RF set).
+    resumed: bool,
+}
+
+/// What a data-flow run did.
+#[derive(Clone, Copy, Debug)]
+pub struct DataflowRun {
+    /// Taken branches pushed.
+    pub entries: usize,
+    /// Transfers resolved (taken or not).
+    pub transfers: u32,
+    pub steps: u32,
+    pub end: DataflowEnd,
+}
+
+/// Why a data-flow run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataflowEnd {
+    /// It could go no further: the caller decodes on from the state.
+    Stopped,
+    /// The trace has its N branches.
+    Complete,
+    /// The taken branch at `from` goes to code no module names.
+    OutsideMappings { from: u64 },
 }
 
 impl Emulator {
@@ -265,6 +322,7 @@ impl Emulator {
                 mem: SpecMemory {
                     live: LiveMemory::new(),
                     exec,
+                    policy: ReadPolicy::Live,
                 },
             },
             start: CpuState::new(),
@@ -272,6 +330,7 @@ impl Emulator {
             cache: DecodeCache::new(storage).expect("a power-of-two cache"),
             cache_generation: 0,
             predicted: CpuState::new(),
+            resumed: false,
         })
     }
 
@@ -536,6 +595,121 @@ impl Emulator {
         self.cpu.mem.live.logged()
     }
 
+    /// The data-flow look-ahead (`lookahead=dataflow`): from the exact
+    /// state in [`Emulator::state_mut`], steps the core on memory it may
+    /// trust without a checkpoint ([`ReadPolicy::Dataflow`]), pushing the
+    /// taken branches to `sink` (at most `wanted`), until it must stop.
+    /// With `first_live`, the first instruction (the branch a breakpoint
+    /// stopped at, about to run) reads real memory: the thread itself is
+    /// about to read the same words.
+    ///
+    /// The state afterwards (in [`Emulator::state_mut`]) is exact: the
+    /// caller goes on from its rip by decoding alone. A breakpoint placed at
+    /// an address this run went through fires there first: [`Emulator::hits_at`]
+    /// counts those visits.
+    pub fn dataflow(
+        &mut self,
+        sink: &mut impl EntrySink,
+        wanted: usize,
+        first_live: bool,
+        resumed: bool,
+    ) -> DataflowRun {
+        let exec = self.cpu.mem.exec;
+        let generation = exec.generation();
+        if generation != self.cache_generation {
+            self.cache.flush();
+            self.cache_generation = generation;
+        }
+        self.cpu.regs.undefined = 0;
+        self.cpu.regs.rflags &= !context::RF;
+        self.start = self.cpu.regs;
+        self.resumed = resumed;
+        self.cpu.mem.live.reset();
+        self.visits.reset();
+        let table = table();
+        let has_rseq = exec.has_rseq();
+        let mut run = DataflowRun {
+            entries: 0,
+            transfers: 0,
+            steps: 0,
+            end: DataflowEnd::Stopped,
+        };
+        let mut r = x86_sem::Retired::default();
+        while run.steps < MAX_SEGMENT_INSTRUCTIONS {
+            let pc = self.cpu.regs.rip;
+            if has_rseq && exec.in_rseq(pc) {
+                break;
+            }
+            let (stack_slot, rep_string) = self.inspect(pc);
+            self.cpu.mem.policy = if first_live && run.steps == 0 {
+                ReadPolicy::Live
+            } else {
+                ReadPolicy::Dataflow { stack_slot }
+            };
+            // A rep string instruction the step leaves half-done goes back
+            // to its start: the thread runs it whole, and only its start is
+            // a point the decoding walk can go on from.
+            let before_rep = rep_string.then_some(self.cpu.regs);
+            let stepped = x86_sem::step_into(&mut self.cpu, table, &mut self.cache, &mut r);
+            self.cpu.mem.policy = ReadPolicy::Live;
+            if stepped.is_err() || r.next_rip == r.ip {
+                if let Some(regs) = before_rep {
+                    self.cpu.regs = regs;
+                }
+                break;
+            }
+            let _ = self.visits.visit(pc);
+            run.steps += 1;
+            if r.kind == BranchKind::None {
+                continue;
+            }
+            run.transfers += 1;
+            if r.taken {
+                if exec.range_of(r.next_rip).is_none() {
+                    run.end = DataflowEnd::OutsideMappings { from: r.ip };
+                    break;
+                }
+                if !sink.push(BranchEntry {
+                    from: r.ip,
+                    to: r.next_rip,
+                }) {
+                    run.end = DataflowEnd::Complete;
+                    break;
+                }
+                run.entries += 1;
+                if run.entries == wanted {
+                    run.end = DataflowEnd::Complete;
+                    break;
+                }
+            }
+        }
+        run
+    }
+
+    /// What the data-flow run needs to know of the instruction at `pc`
+    /// before stepping it: the stack slot it reads implicitly (pop, ret,
+    /// leave), and whether it is a rep string instruction.
+    fn inspect(&mut self, pc: u64) -> (Option<u64>, bool) {
+        use x86_sem::iced_x86::Mnemonic;
+        let Ok(insn) = self.cache.lookup(pc, &mut self.cpu.mem) else {
+            return (None, false);
+        };
+        let i = insn.instruction();
+        let slot = match i.mnemonic() {
+            Mnemonic::Pop | Mnemonic::Ret | Mnemonic::Popfq => Some(self.cpu.regs.gpr[4]),
+            Mnemonic::Leave => Some(self.cpu.regs.gpr[5]),
+            _ => None,
+        };
+        let rep = (i.has_rep_prefix() || i.has_repne_prefix()) && i.is_string_instruction();
+        (slot, rep)
+    }
+
+    /// Breakpoint hits at `at` until the thread gets there past the last
+    /// run (see [`Emulator::dataflow`]).
+    pub fn dataflow_hits(&self, at: u64) -> u32 {
+        self.hits_at(at, self.resumed)
+    }
+
     /// Verify mode: emulates from the state in [`Emulator::state_mut`] and
     /// writes every control transfer the emulation makes (taken or not),
     /// with the registers just before it, into `out`, until the emulation
@@ -632,6 +806,11 @@ impl Predictions {
     pub fn clear(&mut self) {
         self.len = 0;
         self.cursor = 0;
+    }
+
+    /// Predictions not yet checked.
+    pub fn remaining(&self) -> usize {
+        self.len - self.cursor.min(self.len)
     }
 
     /// The next prediction not yet checked.

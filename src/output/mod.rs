@@ -168,7 +168,8 @@ pub fn write_session(
         .num("dataflow_verified", c.dataflow_verified)
         .num("dataflow_mismatches", c.dataflow_mismatches)
         .num("dataflow_mismatched_stops", c.dataflow_mismatched_stops)
-        .num("dataflow_rewinds", c.dataflow_rewinds)
+        .num("revisit_hits", c.revisit_hits)
+        .num("verify_register_mismatches", c.verify_register_mismatches)
         .num("duplicate_traps", c.duplicate_traps);
     j.begin_object(Some("emulation"))
         .num("segments", c.segments)

@@ -82,7 +82,8 @@ counters!(
     dataflow_verified,
     dataflow_mismatches,
     dataflow_mismatched_stops,
-    dataflow_rewinds,
+    revisit_hits,
+    verify_register_mismatches,
     duplicate_traps,
     segments,
     emulated_steps,
@@ -109,12 +110,6 @@ impl Counters {
     #[inline]
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Takes back counts (a rewound data-flow chain). Async-signal-safe.
-    #[inline]
-    pub fn sub(counter: &AtomicU64, n: u64) {
-        counter.fetch_sub(n, Ordering::Relaxed);
     }
 
     #[inline]

@@ -15,20 +15,14 @@
 use std::ffi::c_void;
 use std::os::fd::AsRawFd;
 
-use crate::buffer::{AbortReason, BranchEntry, TraceEnd};
-use crate::decode::dataflow::RegState;
-use crate::decode::form::RSP;
-use crate::decode::{
-    self, BranchForm, BranchKind, DecodeFailure, Gpr, Memory, Outcome, RegisterFile, SegmentEnd,
-    Target,
-};
+use crate::buffer::{AbortReason, TraceEnd};
+use crate::decode::{Gpr, RegisterFile};
 use crate::sys;
 
 use super::counters::Counters;
-use super::exec_map::{ExecMap, LiveCode};
 use super::{
-    chain, speculative, ChainStep, DataflowMode, Entry, Pending, StackPointer, ThreadSlot,
-    ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG,
+    chain, lookahead, speculative, Entry, Lookahead, ThreadSlot, ThreadTrace, Tracer,
+    BREAKPOINT_TAG, SAMPLE_TAG,
 };
 
 /// The interrupted thread's registers, as the kernel saved them.
@@ -67,14 +61,14 @@ impl RegisterFile for Ucontext<'_> {
     }
 }
 
-/// The registers at a breakpoint stop, kept to recognise a second delivery
-/// of the same stop's SIGTRAP. On these KVM guests (kernel 6.18) the
-/// kernel sometimes delivers one breakpoint hit twice: the second SIGTRAP
-/// arrives about 1.5 µs after the first handler returns, at the same pc,
-/// before the thread has run an instruction, while the breakpoint is
-/// already armed elsewhere (measured on SQLite speedtest1: every
-/// `pc_mismatch` of the paper-mode runs was such a repeat, at the first
-/// conditional branch of glibc's AVX-512 memmove and memset).
+/// The registers at a breakpoint stop, kept to recognise a second SIGTRAP
+/// for the same stop: one that arrives at the previous stop's pc with the
+/// same registers (nothing ran in between) while the breakpoint is armed
+/// elsewhere. Such repeats were every `pc_mismatch` on SQLite until the
+/// handlers stopped calling into libc (`sys::raw`): the breakpoint, armed
+/// at the first jcc of glibc's memmove, fired inside the handler's own
+/// memcpy. They are dropped and counted (`duplicate_traps`), which now
+/// stays 0.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct StopRegisters([u64; 18]);
 
@@ -87,75 +81,6 @@ impl StopRegisters {
         r[16] = regs.rip();
         r[17] = regs.rflags();
         StopRegisters(r)
-    }
-}
-
-/// Transfers the data-flow model may resolve between two stops.
-pub const MAX_CHAIN: usize = 64;
-
-/// The process's own memory. `read` serves the breakpoint handler, whose
-/// addresses are the ones the trapped instruction itself is about to read
-/// (its return address, its jump-table slot), and the data-flow model's
-/// stack slots; both are mapped whenever the application is correct.
-/// `read_immutable` checks the table of immutable mappings first.
-struct OwnMemory<'a>(&'a ExecMap);
-
-impl Memory for OwnMemory<'_> {
-    fn read(&self, addr: u64, size: u8) -> u64 {
-        // SAFETY: see the type's doc.
-        unsafe {
-            match size {
-                1 => (addr as *const u8).read_unaligned() as u64,
-                2 => (addr as *const u16).read_unaligned() as u64,
-                4 => (addr as *const u32).read_unaligned() as u64,
-                _ => (addr as *const u64).read_unaligned(),
-            }
-        }
-    }
-
-    fn read_immutable(&self, addr: u64, size: u8) -> Option<u64> {
-        self.0
-            .is_immutable(addr, size as u64)
-            .then(|| self.read(addr, size))
-    }
-}
-
-/// What the data-flow registers say `form` does, when they decide it: the
-/// flags of a jcc must be defined, a return reads its stack slot (logged
-/// store or memory), a jump or call through memory must read immutable
-/// memory. A loop's rcx write and a syscall are not followed.
-fn resolve(form: &BranchForm, st: &RegState, mem: &OwnMemory) -> Option<Outcome> {
-    let sp = st.gpr[RSP as usize];
-    let taken_to = |next, sp| {
-        Some(Outcome::Continue {
-            taken: true,
-            next,
-            sp,
-        })
-    };
-    match form.kind {
-        BranchKind::Jcc(c) if st.can_test(c) => Some(form.evaluate(st, mem)),
-        BranchKind::Jrcxz { .. } => Some(form.evaluate(st, mem)),
-        BranchKind::Jmp | BranchKind::Call => {
-            let next = match form.target {
-                Target::Const(a) => a,
-                Target::Reg(r) => st.gpr(r),
-                Target::Load { .. } => {
-                    let (addr, size) = form.target.load_address(st)?;
-                    mem.read_immutable(addr, size)?
-                }
-            };
-            let after = if form.kind == BranchKind::Call {
-                sp.wrapping_sub(8)
-            } else {
-                sp
-            };
-            taken_to(next, after)
-        }
-        BranchKind::Ret { pop } => {
-            taken_to(st.load_stack(sp, 8, mem)?, sp.wrapping_add(8 + pop as u64))
-        }
-        _ => None,
     }
 }
 
@@ -188,10 +113,10 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                             }
                             t.full_period = 0;
                         }
-                        if tracer.dataflow_mode() == DataflowMode::Emulate {
+                        if tracer.lookahead() == Lookahead::Emulate {
                             speculative::on_sample(tracer, slot, t, uc);
                         } else {
-                            on_sample(tracer, slot, t, uc);
+                            lookahead::on_sample(tracer, slot, t, uc);
                         }
                     } else {
                         if sys::siginfo_perf_flags(si) & sys::TRAP_PERF_FLAG_ASYNC != 0 {
@@ -201,10 +126,10 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                         } else {
                             t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
                         }
-                        if tracer.dataflow_mode() == DataflowMode::Emulate {
+                        if tracer.lookahead() == Lookahead::Emulate {
                             speculative::on_breakpoint(tracer, slot, t, uc);
                         } else {
-                            on_breakpoint(tracer, slot, t, uc);
+                            lookahead::on_breakpoint(tracer, slot, t, uc);
                         }
                     }
                     slot.leave();
@@ -271,367 +196,12 @@ fn is_stray_debug_trap(si: &libc::siginfo_t, uc: &libc::ucontext_t) -> bool {
 fn take_back(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
     let c = &slot.counters;
     Counters::bump(&c.handlers_abandoned);
-    t.chain.clear();
     close_open_trace(t, c, TraceEnd::Aborted(AbortReason::HandlerAbandoned));
     // What is left of the breakpoint's limit is unknown.
     renew_breakpoint(slot, t);
     if tracer.running.load(std::sync::atomic::Ordering::Acquire) {
         rearm_sampling(t);
     }
-}
-
-fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc::ucontext_t) {
-    let t0 = sys::raw::clock_ns();
-    let c = &slot.counters;
-    Counters::bump(&c.samples);
-    if t.pending.is_some() {
-        // One-shot sampling makes this impossible; be safe anyway.
-        return;
-    }
-    if t.buffer.is_none() {
-        t.buffer = tracer.pool.free.pop();
-    }
-    match t.buffer.as_mut() {
-        Some(b) => b.open_trace(),
-        None => {
-            Counters::bump(&c.no_free_buffer);
-            rearm_sampling(t);
-            return;
-        }
-    }
-    Counters::bump(&c.traces_started);
-    let regs = Ucontext(uc);
-    let state = RegState::from_registers(&regs);
-    follow(
-        tracer,
-        slot,
-        t,
-        regs.rip(),
-        StackPointer::Exact(regs.rsp()),
-        Some(state),
-    );
-    Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
-}
-
-fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc::ucontext_t) {
-    let t0 = sys::raw::clock_ns();
-    let c = &slot.counters;
-    Counters::bump(&c.breakpoints);
-    let Some(Pending {
-        form,
-        expected_sp,
-        predicted,
-    }) = t.pending.take()
-    else {
-        disarm_breakpoint(t);
-        return;
-    };
-    let regs = Ucontext(uc);
-    let now = StopRegisters::of(&regs);
-    if regs.rip() != form.at && t.last_stop == Some(now) {
-        // The kernel delivered the previous stop's SIGTRAP a second time:
-        // same pc, same registers, nothing ran in between. Not a stop.
-        Counters::bump(&c.duplicate_traps);
-        t.pending = Some(Pending {
-            form,
-            expected_sp,
-            predicted,
-        });
-        return;
-    }
-    t.last_stop = Some(now);
-    if regs.rip() != form.at || !expected_sp.admits(regs.rsp()) {
-        if predicted.is_some() {
-            // Verify mode: the model predicted this transfer, and the stack
-            // pointer it expects here is the model's. A stop that arrives
-            // elsewhere, or on another stack, disagrees with it.
-            Counters::bump(&c.dataflow_verified);
-            Counters::bump(&c.dataflow_mismatches);
-            Counters::bump(&c.dataflow_mismatched_stops);
-        }
-        let reason = if regs.rip() != form.at {
-            AbortReason::PcMismatch
-        } else {
-            AbortReason::SpMismatch
-        };
-        end_trace(tracer, slot, t, TraceEnd::Aborted(reason));
-    } else {
-        if matches!(expected_sp, StackPointer::Near(_)) {
-            Counters::bump(&c.sp_windowed);
-        }
-        match form.evaluate(&regs, &OwnMemory(&tracer.exec)) {
-            Outcome::Stop => end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Syscall)),
-            Outcome::Continue { taken, next, sp } => {
-                let is_branch = !matches!(form.kind, BranchKind::Syscall);
-                if is_branch {
-                    Counters::bump(&c.dynamically_evaluated);
-                }
-                if let Some(p) = predicted {
-                    Counters::bump(&c.dataflow_verified);
-                    if p != next {
-                        Counters::bump(&c.dataflow_mismatches);
-                    }
-                }
-                if taken {
-                    Counters::bump(&c.dynamic_taken);
-                    if record(tracer, slot, t, form.at, next) {
-                        Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
-                        return;
-                    }
-                }
-                // The registers after the transfer: those at the stop but
-                // rsp; a loop's rcx and a syscall's clobbers are not
-                // followed.
-                let state = match form.kind {
-                    BranchKind::Loop { .. } | BranchKind::Syscall => None,
-                    // The call has not pushed its return address yet (the
-                    // handler runs before the instruction): log the push,
-                    // or the callee's ret would read the stale slot.
-                    BranchKind::Call => {
-                        let mut st = RegState::from_registers(&regs);
-                        st.push(form.fall_through).then_some(st)
-                    }
-                    _ => {
-                        let mut st = RegState::from_registers(&regs);
-                        st.gpr[RSP as usize] = sp;
-                        Some(st)
-                    }
-                };
-                follow(tracer, slot, t, next, StackPointer::Exact(sp), state);
-            }
-        }
-    }
-    Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
-}
-
-/// Appends {from, to} to the open trace; returns true when the trace
-/// ended (complete, or stopped at a target outside the known code).
-fn record(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, from: u64, to: u64) -> bool {
-    // A branch into code the profile cannot name (the vDSO, this library's
-    // interposers, memory that is not a file) ends the trace unrecorded:
-    // every recorded target lies in a module perf.script lists.
-    if tracer.exec.range_of(to).is_none() {
-        end_trace(
-            tracer,
-            slot,
-            t,
-            TraceEnd::Aborted(AbortReason::OutsideMappings),
-        );
-        return true;
-    }
-    let Some(buffer) = t.buffer.as_mut() else {
-        return true;
-    };
-    if !buffer.push(BranchEntry { from, to }) {
-        // Cannot happen after the room check; counted, never silent.
-        Counters::bump(&slot.counters.full_buffer_entries_lost);
-        end_trace(tracer, slot, t, TraceEnd::Complete);
-        return true;
-    }
-    Counters::bump(&slot.counters.entries_recorded);
-    if buffer.open_len() >= tracer.lbr.load(std::sync::atomic::Ordering::Relaxed) {
-        end_trace(tracer, slot, t, TraceEnd::Complete);
-        return true;
-    }
-    false
-}
-
-/// Look ahead from `pc` (FindNextUnresolvedBranch): record direct branches,
-/// stop at the first transfer needing the CPU state and set the breakpoint
-/// on it, or end the trace. With `regs` (the exact registers at `pc`) the
-/// look-ahead also resolves, without a breakpoint, every transfer that the
-/// data-flow model decides (see `decode::dataflow`), for as long as the
-/// code stays inside the model.
-fn follow(
-    tracer: &Tracer,
-    slot: &ThreadSlot,
-    t: &mut ThreadTrace,
-    mut pc: u64,
-    mut sp: StackPointer,
-    mut regs: Option<RegState>,
-) {
-    let c = &slot.counters;
-    let code = LiveCode(&tracer.exec);
-    let mem = OwnMemory(&tracer.exec);
-    let generation = tracer.exec.generation();
-    let mode = tracer.dataflow_mode();
-    if mode == DataflowMode::Off {
-        regs = None;
-    }
-    t.chain.clear();
-    loop {
-        let Some(cache) = t.cache.as_mut() else {
-            end_trace(
-                tracer,
-                slot,
-                t,
-                TraceEnd::Aborted(AbortReason::UnsupportedInstruction),
-            );
-            return;
-        };
-        let mut decoded = false;
-        let d0 = sys::raw::clock_ns();
-        let seg = cache.lookup(&code, pc, generation, &mut t.insn, &mut decoded);
-        if let Some(st) = regs.as_mut() {
-            if !(seg.pure && decode::replay(&code, &seg, &mut t.insn, st, &mem)) {
-                regs = None;
-            }
-        }
-        if decoded {
-            Counters::add(&c.decode_ns, sys::raw::clock_ns().saturating_sub(d0));
-            Counters::bump(&c.segments_decoded);
-        } else {
-            Counters::bump(&c.segments_cached);
-        }
-        let sp_at_end = match &regs {
-            Some(st) => StackPointer::Exact(st.gpr[RSP as usize]),
-            None => sp.after(seg.sp_delta),
-        };
-        match seg.end {
-            SegmentEnd::Direct { from, to, ret_addr } => {
-                Counters::bump(&c.statically_resolved);
-                if record(tracer, slot, t, from, to) {
-                    return;
-                }
-                sp = if ret_addr.is_some() {
-                    sp_at_end.after_call()
-                } else {
-                    sp_at_end
-                };
-                if let (Some(st), Some(ret)) = (regs.as_mut(), ret_addr) {
-                    // The pushed return address, for the ret that reads it.
-                    if !st.push(ret) {
-                        regs = None;
-                    }
-                }
-                pc = to;
-            }
-            SegmentEnd::Dynamic(form) => {
-                if tracer.exec.in_rseq(form.at) {
-                    end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Rseq));
-                    return;
-                }
-                // The thread has not yet run the part of the chain the
-                // model resolved: a breakpoint on an address the chain
-                // passed would fire there first. A revisit therefore ends
-                // the chain at the first visit, and the breakpoint goes
-                // there.
-                if let Some(i) = t.chain.iter().position(|step| step.at == form.at) {
-                    rewind_chain(slot, t, i);
-                    let step = t.chain[i];
-                    let predicted = (mode == DataflowMode::Verify).then_some(step.next);
-                    arm_or_end(
-                        tracer,
-                        slot,
-                        t,
-                        step.form,
-                        StackPointer::Exact(step.sp),
-                        predicted,
-                    );
-                    return;
-                }
-                let mut predicted = None;
-                if let Some(st) = regs.as_mut().filter(|_| t.chain.len() < MAX_CHAIN) {
-                    if let Some(Outcome::Continue {
-                        taken,
-                        next,
-                        sp: after,
-                    }) = resolve(&form, st, &mem)
-                    {
-                        // Verify mode stops at every transfer the model
-                        // decides and checks its answer there: nothing it
-                        // predicts is recorded unchecked.
-                        if mode == DataflowMode::Verify {
-                            predicted = Some(next);
-                        } else {
-                            let entries_before = t.buffer.as_ref().map_or(0, |b| b.open_len());
-                            t.chain.push(ChainStep {
-                                at: form.at,
-                                form,
-                                sp: st.gpr[RSP as usize],
-                                next,
-                                taken,
-                                entries_before,
-                            });
-                            Counters::bump(&c.dataflow_resolved);
-                            if taken {
-                                Counters::bump(&c.dataflow_taken);
-                                if record(tracer, slot, t, form.at, next) {
-                                    return;
-                                }
-                            }
-                            let pushed =
-                                form.kind != BranchKind::Call || st.push(form.fall_through);
-                            st.gpr[RSP as usize] = after;
-                            if !pushed {
-                                regs = None;
-                            }
-                            sp = StackPointer::Exact(after);
-                            pc = next;
-                            continue;
-                        }
-                    }
-                }
-                arm_or_end(tracer, slot, t, form, sp_at_end, predicted);
-                return;
-            }
-            SegmentEnd::Fail { why, .. } => {
-                let reason = match why {
-                    DecodeFailure::OutsideMappings => AbortReason::OutsideMappings,
-                    DecodeFailure::Unsupported => AbortReason::UnsupportedInstruction,
-                    DecodeFailure::LookaheadLimit => AbortReason::LookaheadLimit,
-                };
-                end_trace(tracer, slot, t, TraceEnd::Aborted(reason));
-                return;
-            }
-        }
-    }
-}
-
-/// Sets the breakpoint for `form` and leaves it pending, or ends the trace
-/// when the breakpoint cannot be set.
-fn arm_or_end(
-    tracer: &Tracer,
-    slot: &ThreadSlot,
-    t: &mut ThreadTrace,
-    form: BranchForm,
-    expected_sp: StackPointer,
-    predicted: Option<u64>,
-) {
-    if arm_breakpoint(t, form.at) {
-        t.pending = Some(Pending {
-            form,
-            expected_sp,
-            predicted,
-        });
-    } else {
-        end_trace(
-            tracer,
-            slot,
-            t,
-            TraceEnd::Aborted(AbortReason::BreakpointFailed),
-        );
-    }
-}
-
-/// Undoes the chain from step `i` on: its entries leave the open trace and
-/// its counts leave the counters, so they reconcile.
-fn rewind_chain(slot: &ThreadSlot, t: &mut ThreadTrace, i: usize) {
-    let c = &slot.counters;
-    let step = t.chain[i];
-    let dropped = &t.chain[i..];
-    let taken = dropped.iter().filter(|s| s.taken).count() as u64;
-    let resolved = dropped.len() as u64;
-    let removed = t
-        .buffer
-        .as_mut()
-        .map_or(0, |b| b.truncate_open(step.entries_before)) as u64;
-    Counters::sub(&c.entries_recorded, removed);
-    Counters::sub(&c.dataflow_resolved, resolved);
-    Counters::sub(&c.dataflow_taken, taken);
-    Counters::sub(&c.statically_resolved, removed.saturating_sub(taken));
-    Counters::bump(&c.dataflow_rewinds);
-    t.chain.truncate(i + 1);
 }
 
 /// Hits the breakpoint event may take before the kernel stops it; the
@@ -719,7 +289,7 @@ pub(super) fn rearm_sampling(t: &mut ThreadTrace) {
 /// Closes the open trace, makes sure the buffer has room for the next one
 /// (swapping it for an empty one if not: the paper's free-space check at
 /// re-arm time) and re-arms one-shot sampling.
-fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: TraceEnd) {
+pub(super) fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: TraceEnd) {
     close_open_trace(t, &slot.counters, end);
     make_room(tracer, slot, t);
     rearm_sampling(t);

@@ -32,6 +32,7 @@ pub mod chain;
 pub mod counters;
 pub mod exec_map;
 pub mod handler;
+pub mod lookahead;
 pub mod speculative;
 pub mod threads;
 
@@ -131,25 +132,57 @@ pub struct Pending {
     pub form: BranchForm,
     /// The stack pointer the thread must have there.
     pub expected_sp: StackPointer,
-    /// Where the data-flow model said the transfer goes (verify mode).
-    pub predicted: Option<u64>,
+    /// Hits of the breakpoint until the one this is for (1, or more after
+    /// a data-flow run that went through the address).
+    pub hits: u32,
 }
 
-/// How the look-ahead uses the data-flow model.
+/// How the tracer looks ahead from a sample (`lookahead=` in a session's
+/// options).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum DataflowMode {
-    /// Breakpoints only, as in the paper.
-    Off = 0,
-    /// Resolve what the model decides without a breakpoint.
-    On = 1,
-    /// Predict with the model, and still stop at every predicted transfer
-    /// to check the prediction (`dataflow_verified`, `dataflow_mismatches`
-    /// in summary.json); for testing.
+pub enum Lookahead {
+    /// Decoding only, one breakpoint per branch that needs the CPU state,
+    /// as in the paper.
+    Paper = 0,
+    /// The paper's walk, with the x86 core resolving ahead at each stop on
+    /// memory it may trust without a check (`lookahead.rs`).
+    Dataflow = 1,
+    /// The paper's walk, with every transfer checked against the
+    /// emulator's prediction (`dataflow_verified`, `dataflow_mismatches`,
+    /// `verify_register_mismatches` in summary.json); for testing.
     Verify = 2,
-    /// Emulate each trace ahead from its sample and validate it at one
-    /// checkpoint per segment (`crate::emulate`).
+    /// Each trace emulated ahead from its sample and validated at one
+    /// checkpoint per segment (`crate::emulate`, `speculative.rs`).
     Emulate = 3,
+}
+
+impl Lookahead {
+    pub const ALL: [Lookahead; 4] = [
+        Lookahead::Paper,
+        Lookahead::Dataflow,
+        Lookahead::Emulate,
+        Lookahead::Verify,
+    ];
+
+    /// The name in options and summary.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lookahead::Paper => "paper",
+            Lookahead::Dataflow => "dataflow",
+            Lookahead::Emulate => "emulate",
+            Lookahead::Verify => "verify",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Lookahead> {
+        Lookahead::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether threads need an emulator in this mode.
+    pub fn emulates(self) -> bool {
+        self != Lookahead::Paper
+    }
 }
 
 /// What a traced thread's handlers work on. Owned by whoever holds the
@@ -176,30 +209,16 @@ pub struct ThreadTrace {
     /// The registers at the last breakpoint stop (see
     /// `handler::StopRegisters`).
     pub last_stop: Option<handler::StopRegisters>,
-    /// Transfers the data-flow model resolved since the last stop, which
-    /// the thread has yet to run (capacity `handler::MAX_CHAIN`, reserved
-    /// at registration: pushing never allocates).
-    pub chain: Vec<ChainStep>,
-    /// Emulate mode: the thread's emulator (built at registration in that
-    /// mode) and what its breakpoint waits for.
+    /// The thread's emulator, built at registration in every mode but
+    /// `paper`.
     pub emu: Option<Box<crate::emulate::Emulator>>,
+    /// Verify mode: the emulator's predictions, checked as the thread goes.
+    pub predictions: Option<Box<crate::emulate::Predictions>>,
+    /// Emulate mode: what the thread's breakpoint waits for.
     pub awaiting: Option<speculative::Awaiting>,
     /// Emulate mode: the open trace's length before the entries not yet
     /// validated (see `speculative`).
     pub committed: Option<usize>,
-}
-
-/// One transfer the data-flow model resolved.
-#[derive(Clone, Copy, Debug)]
-pub struct ChainStep {
-    pub at: u64,
-    pub form: BranchForm,
-    /// rsp at the transfer.
-    pub sp: u64,
-    pub next: u64,
-    pub taken: bool,
-    /// Entries in the open trace before this step.
-    pub entries_before: usize,
 }
 
 impl ThreadTrace {
@@ -216,8 +235,8 @@ impl ThreadTrace {
             cache: None,
             insn: Instruction::default(),
             last_stop: None,
-            chain: Vec::new(),
             emu: None,
+            predictions: None,
             awaiting: None,
             committed: None,
         }
@@ -371,8 +390,8 @@ pub struct Tracer {
     pub pool: Arc<BufferPool>,
     /// Trace length N of the running session.
     pub lbr: AtomicUsize,
-    /// A `DataflowMode`.
-    pub dataflow: AtomicU8,
+    /// The session's `Lookahead`.
+    pub lookahead: AtomicU8,
     /// Sessions accept new threads only while this is set.
     pub running: AtomicBool,
     /// Counters of threads retired during the session.
@@ -451,7 +470,7 @@ pub fn tracer_or_init() -> &'static Tracer {
         exec: ExecMap::new(),
         pool: Arc::new(BufferPool::new()),
         lbr: AtomicUsize::new(32),
-        dataflow: AtomicU8::new(DataflowMode::On as u8),
+        lookahead: AtomicU8::new(Lookahead::Dataflow as u8),
         running: AtomicBool::new(false),
         retired: Counters::default(),
         table_full: Default::default(),
@@ -465,12 +484,12 @@ pub fn tracer_or_init() -> &'static Tracer {
 
 impl Tracer {
     /// Async-signal-safe.
-    pub fn dataflow_mode(&self) -> DataflowMode {
-        match self.dataflow.load(Ordering::Relaxed) {
-            0 => DataflowMode::Off,
-            2 => DataflowMode::Verify,
-            3 => DataflowMode::Emulate,
-            _ => DataflowMode::On,
+    pub fn lookahead(&self) -> Lookahead {
+        match self.lookahead.load(Ordering::Relaxed) {
+            0 => Lookahead::Paper,
+            2 => Lookahead::Verify,
+            3 => Lookahead::Emulate,
+            _ => Lookahead::Dataflow,
         }
     }
 
@@ -563,7 +582,6 @@ pub fn forget_parent_threads(tracer: &Tracer) {
         t.committed = None;
         t.bp_armed = false;
         t.bp_hits_left = 0;
-        t.chain.clear();
         if let Some(mut b) = t.buffer.take() {
             b.clear();
             let _ = tracer.pool.free.push(b);

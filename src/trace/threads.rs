@@ -133,16 +133,18 @@ pub fn register<'t>(
     t.bp_armed = false;
     t.bp_hits_left = 0;
     t.pending = None;
-    t.chain.clear();
     if t.cache.is_none() {
         t.cache = Some(Box::new(BlockCache::new()));
     }
-    t.chain.reserve_exact(super::handler::MAX_CHAIN);
     t.awaiting = None;
     t.committed = None;
-    if tracer.dataflow_mode() == super::DataflowMode::Emulate && t.emu.is_none() {
+    let mode = tracer.lookahead();
+    if mode.emulates() && t.emu.is_none() {
         // The tracer is the process's one static tracer.
         t.emu = super::tracer().map(|st| crate::emulate::Emulator::new(&st.exec));
+    }
+    if mode == super::Lookahead::Verify && t.predictions.is_none() {
+        t.predictions = Some(crate::emulate::Predictions::new());
     }
     if t.buffer.is_none() {
         t.buffer = tracer.pool.free.pop();
@@ -193,7 +195,6 @@ pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Cl
     // SAFETY: take_for_close made us the holder.
     let t = unsafe { slot.inner() };
     handler::close_open_trace(t, &slot.counters, TraceEnd::Aborted(reason));
-    t.chain.clear();
     // Closing the fds disables both events.
     with_spin(&tracer.fd_lock, || {
         slot.sample_fd.store(-1, Ordering::Relaxed);

@@ -1,0 +1,426 @@
+//! The breakpoint-per-branch look-ahead (the paper's Algorithm 1, §2) and
+//! its two variants:
+//!
+//! - `paper`: decode ahead from the sample, record direct branches, stop at
+//!   the first branch needing the CPU state, evaluate it from the ucontext
+//!   at the breakpoint, go on.
+//! - `dataflow`: at each stop (the sample, or a breakpoint about to run its
+//!   branch) the x86 core first resolves ahead from the exact state, on
+//!   memory it may trust without a checkpoint (`emulate::ReadPolicy`); the
+//!   decoding walk goes on from where it stopped. A breakpoint placed on an
+//!   address that run went through fires there first, so it waits out that
+//!   many hits.
+//! - `verify`: `paper`, with the emulator's prediction of every transfer
+//!   (made from the exact state of the last stop, on live memory) checked
+//!   against what the thread did: the target of each transfer, and the
+//!   registers at each breakpoint stop. Recorded entries are paper's: a
+//!   verify-mode profile is exact.
+//!
+//! Contract of everything here: async-signal-safe, as `handler.rs`.
+
+use crate::buffer::{AbortReason, BranchEntry, TraceBuffer, TraceEnd};
+use crate::decode::{
+    BranchForm, BranchKind, DecodeFailure, Memory, Outcome, RegisterFile, SegmentEnd,
+};
+use crate::emulate::{context, DataflowEnd, EntrySink};
+use crate::sys;
+
+use super::counters::Counters;
+use super::exec_map::LiveCode;
+use super::handler::{
+    arm_breakpoint, disarm_breakpoint, end_trace, top_up_breakpoint, StopRegisters, Ucontext,
+};
+use super::{Lookahead, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer};
+
+/// The process's own memory, read through the fault-safe load: the words
+/// a breakpoint's branch is about to read itself (its return address, its
+/// jump-table slot). A word that cannot be read reads as 0, which sends
+/// the trace nowhere any module names (it then ends as outside_mappings):
+/// the thread itself is about to fault on it.
+struct OwnMemory;
+
+impl Memory for OwnMemory {
+    fn read(&self, addr: u64, size: u8) -> u64 {
+        let lo = sys::probe::load_u64(addr & !7).unwrap_or(0);
+        let off = (addr & 7) as u32;
+        let value = if off as u64 + size as u64 <= 8 {
+            lo >> (8 * off)
+        } else {
+            let hi = sys::probe::load_u64((addr & !7) + 8).unwrap_or(0);
+            (lo >> (8 * off)) | (hi << (64 - 8 * off))
+        };
+        if size >= 8 {
+            value
+        } else {
+            value & ((1u64 << (8 * size as u32)) - 1)
+        }
+    }
+}
+
+/// The open trace as the data-flow run's sink.
+struct OpenTrace<'a>(&'a mut TraceBuffer);
+
+impl EntrySink for OpenTrace<'_> {
+    fn push(&mut self, entry: BranchEntry) -> bool {
+        self.0.push(entry)
+    }
+    fn len(&self) -> usize {
+        self.0.open_len()
+    }
+    fn truncate(&mut self, len: usize) {
+        self.0.truncate_open(len);
+    }
+}
+
+pub(super) fn on_sample(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    uc: &libc::ucontext_t,
+) {
+    let t0 = sys::raw::clock_ns();
+    let c = &slot.counters;
+    Counters::bump(&c.samples);
+    if t.pending.is_some() {
+        // One-shot sampling makes this impossible; be safe anyway.
+        return;
+    }
+    if t.buffer.is_none() {
+        t.buffer = tracer.pool.free.pop();
+    }
+    match t.buffer.as_mut() {
+        Some(b) => b.open_trace(),
+        None => {
+            Counters::bump(&c.no_free_buffer);
+            super::handler::rearm_sampling(t);
+            return;
+        }
+    }
+    Counters::bump(&c.traces_started);
+    let regs = Ucontext(uc);
+    let (pc, sp) = (regs.rip(), regs.rsp());
+    match tracer.lookahead() {
+        Lookahead::Dataflow => {
+            let resumed = regs.rflags() & context::RF != 0;
+            if let Some(emu) = t.emu.as_mut() {
+                context::read(uc, emu.state_mut());
+            }
+            resolve_ahead(tracer, slot, t, false, resumed, pc, sp);
+        }
+        Lookahead::Verify => {
+            if let (Some(emu), Some(preds)) = (t.emu.as_mut(), t.predictions.as_mut()) {
+                context::read(uc, emu.state_mut());
+                emu.predict(preds);
+            }
+            follow(tracer, slot, t, pc, StackPointer::Exact(sp), false);
+        }
+        _ => follow(tracer, slot, t, pc, StackPointer::Exact(sp), false),
+    }
+    Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
+}
+
+pub(super) fn on_breakpoint(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    uc: &libc::ucontext_t,
+) {
+    let t0 = sys::raw::clock_ns();
+    let c = &slot.counters;
+    Counters::bump(&c.breakpoints);
+    let Some(pending) = t.pending else {
+        disarm_breakpoint(t);
+        return;
+    };
+    let regs = Ucontext(uc);
+    let now = StopRegisters::of(&regs);
+    if regs.rip() != pending.form.at && t.last_stop == Some(now) {
+        // A second delivery of the previous stop (see StopRegisters).
+        Counters::bump(&c.duplicate_traps);
+        return;
+    }
+    t.last_stop = Some(now);
+    if regs.rip() == pending.form.at && pending.hits > 1 {
+        // A pass the data-flow run made before the one the breakpoint is
+        // for. The breakpoint stays; its hit limit must not run out here.
+        Counters::bump(&c.revisit_hits);
+        if let Some(p) = t.pending.as_mut() {
+            p.hits -= 1;
+        }
+        let fd = t.bp_fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        if fd.is_none_or(|fd| !top_up_breakpoint(t, fd)) {
+            end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::BreakpointFailed));
+        }
+        return;
+    }
+    t.pending = None;
+    let form = pending.form;
+    if regs.rip() != form.at || !pending.expected_sp.admits(regs.rsp()) {
+        if tracer.lookahead() == Lookahead::Verify && t.predictions.is_some() {
+            // The emulator's path and the thread's parted before this stop.
+            Counters::bump(&c.dataflow_verified);
+            Counters::bump(&c.dataflow_mismatches);
+            Counters::bump(&c.dataflow_mismatched_stops);
+        }
+        let reason = if regs.rip() != form.at {
+            AbortReason::PcMismatch
+        } else {
+            AbortReason::SpMismatch
+        };
+        end_trace(tracer, slot, t, TraceEnd::Aborted(reason));
+        Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
+        return;
+    }
+    if matches!(pending.expected_sp, StackPointer::Near(_)) {
+        Counters::bump(&c.sp_windowed);
+    }
+    if tracer.lookahead() == Lookahead::Dataflow && form.kind != BranchKind::Syscall {
+        // The core runs the branch itself (it reads what the thread is
+        // about to read) and resolves on from there.
+        if let Some(emu) = t.emu.as_mut() {
+            context::read(uc, emu.state_mut());
+        }
+        Counters::bump(&c.dynamically_evaluated);
+        if resolve_ahead(tracer, slot, t, true, true, form.at, regs.rsp()) {
+            Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
+            return;
+        }
+        // The core could not run it: evaluate the form, as paper does.
+    }
+    if tracer.lookahead() == Lookahead::Verify {
+        let predictions_left = t.predictions.as_ref().is_some_and(|p| p.remaining() > 0);
+        if !predictions_left {
+            // Predict afresh from this exact state: the first prediction
+            // is this very branch.
+            if let (Some(emu), Some(preds)) = (t.emu.as_mut(), t.predictions.as_mut()) {
+                context::read(uc, emu.state_mut());
+                emu.predict(preds);
+            }
+        }
+    }
+    match form.evaluate(&regs, &OwnMemory) {
+        Outcome::Stop => end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Syscall)),
+        Outcome::Continue { taken, next, sp } => {
+            if form.kind != BranchKind::Syscall {
+                Counters::bump(&c.dynamically_evaluated);
+                check_prediction(t, c, form.at, next, Some(&regs));
+            }
+            if taken {
+                Counters::bump(&c.dynamic_taken);
+                if record(tracer, slot, t, form.at, next) {
+                    Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
+                    return;
+                }
+            }
+            follow(tracer, slot, t, next, StackPointer::Exact(sp), false);
+        }
+    }
+    Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
+}
+
+/// Verify mode: checks the thread's transfer at `at`, which went to
+/// `next`, against the emulator's next prediction (and, at a breakpoint
+/// stop, the registers it predicted there). A disagreement is counted and
+/// drops the rest of the prediction; the next stop predicts afresh.
+fn check_prediction(t: &mut ThreadTrace, c: &Counters, at: u64, next: u64, regs: Option<&Ucontext>) {
+    let Some(preds) = t.predictions.as_mut() else {
+        return;
+    };
+    let Some(p) = preds.next() else {
+        return;
+    };
+    Counters::bump(&c.dataflow_verified);
+    let registers_differ = regs.is_some_and(|r| {
+        let gpr = std::array::from_fn(|i| r.gpr(i as u8));
+        !p.registers_match(&gpr, r.rflags())
+    });
+    if p.at != at || p.next != next {
+        Counters::bump(&c.dataflow_mismatches);
+        preds.clear();
+    } else if registers_differ {
+        Counters::bump(&c.verify_register_mismatches);
+        preds.clear();
+    }
+}
+
+/// Data-flow mode, at an exact state in the emulator (`pc`, `sp` as in
+/// the ucontext): the core resolves ahead, then the decoding walk goes on
+/// from where it stopped. With `first_live` the first instruction is the
+/// branch a breakpoint stopped at. Returns false when the core could not
+/// take even the first step (the caller evaluates that branch itself).
+fn resolve_ahead(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    first_live: bool,
+    resumed: bool,
+    pc: u64,
+    sp: u64,
+) -> bool {
+    let c = &slot.counters;
+    let lbr = tracer.lbr.load(std::sync::atomic::Ordering::Relaxed);
+    let (Some(emu), Some(buffer)) = (t.emu.as_mut(), t.buffer.as_mut()) else {
+        follow(tracer, slot, t, pc, StackPointer::Exact(sp), false);
+        return true;
+    };
+    let wanted = lbr.saturating_sub(buffer.open_len()).max(1);
+    let run = emu.dataflow(&mut OpenTrace(buffer), wanted, first_live, resumed);
+    if first_live && run.steps == 0 {
+        return false;
+    }
+    Counters::add(&c.entries_recorded, run.entries as u64);
+    Counters::add(&c.dataflow_taken, run.entries as u64);
+    Counters::add(&c.dataflow_resolved, run.transfers as u64);
+    match run.end {
+        DataflowEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
+        DataflowEnd::OutsideMappings { .. } => end_trace(
+            tracer,
+            slot,
+            t,
+            TraceEnd::Aborted(AbortReason::OutsideMappings),
+        ),
+        DataflowEnd::Stopped => {
+            let state = t.emu.as_mut().map(|e| *e.state_mut());
+            match state {
+                Some(s) => {
+                    follow(tracer, slot, t, s.rip, StackPointer::Exact(s.gpr[4]), true)
+                }
+                None => follow(tracer, slot, t, pc, StackPointer::Exact(sp), false),
+            }
+        }
+    }
+    true
+}
+
+/// Appends {from, to} to the open trace; returns true when the trace
+/// ended (complete, or stopped at a target outside the known code).
+fn record(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, from: u64, to: u64) -> bool {
+    // A branch into code the profile cannot name (the vDSO, this library's
+    // interposers, memory that is not a file) ends the trace unrecorded:
+    // every recorded target lies in a module perf.script lists.
+    if tracer.exec.range_of(to).is_none() {
+        end_trace(
+            tracer,
+            slot,
+            t,
+            TraceEnd::Aborted(AbortReason::OutsideMappings),
+        );
+        return true;
+    }
+    let Some(buffer) = t.buffer.as_mut() else {
+        return true;
+    };
+    if !buffer.push(BranchEntry { from, to }) {
+        // Cannot happen after the room check; counted, never silent.
+        Counters::bump(&slot.counters.full_buffer_entries_lost);
+        end_trace(tracer, slot, t, TraceEnd::Complete);
+        return true;
+    }
+    Counters::bump(&slot.counters.entries_recorded);
+    if buffer.open_len() >= tracer.lbr.load(std::sync::atomic::Ordering::Relaxed) {
+        end_trace(tracer, slot, t, TraceEnd::Complete);
+        return true;
+    }
+    false
+}
+
+/// Look ahead from `pc` (FindNextUnresolvedBranch): record direct branches,
+/// stop at the first transfer needing the CPU state and set the breakpoint
+/// on it, or end the trace. `after_dataflow`: `pc` is where a data-flow run
+/// stopped, and a breakpoint on an address it went through waits out its
+/// visits there.
+fn follow(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    mut pc: u64,
+    mut sp: StackPointer,
+    after_dataflow: bool,
+) {
+    let c = &slot.counters;
+    let code = LiveCode(&tracer.exec);
+    let generation = tracer.exec.generation();
+    loop {
+        let Some(cache) = t.cache.as_mut() else {
+            end_trace(
+                tracer,
+                slot,
+                t,
+                TraceEnd::Aborted(AbortReason::UnsupportedInstruction),
+            );
+            return;
+        };
+        let mut decoded = false;
+        let d0 = sys::raw::clock_ns();
+        let seg = cache.lookup(&code, pc, generation, &mut t.insn, &mut decoded);
+        if decoded {
+            Counters::add(&c.decode_ns, sys::raw::clock_ns().saturating_sub(d0));
+            Counters::bump(&c.segments_decoded);
+        } else {
+            Counters::bump(&c.segments_cached);
+        }
+        let sp_at_end = sp.after(seg.sp_delta);
+        match seg.end {
+            SegmentEnd::Direct { from, to, ret_addr } => {
+                Counters::bump(&c.statically_resolved);
+                check_prediction(t, c, from, to, None);
+                if record(tracer, slot, t, from, to) {
+                    return;
+                }
+                sp = if ret_addr.is_some() {
+                    sp_at_end.after_call()
+                } else {
+                    sp_at_end
+                };
+                pc = to;
+            }
+            SegmentEnd::Dynamic(form) => {
+                if tracer.exec.in_rseq(form.at) {
+                    end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Rseq));
+                    return;
+                }
+                let hits = match t.emu.as_ref() {
+                    Some(emu) if after_dataflow => emu.dataflow_hits(form.at),
+                    _ => 1,
+                };
+                arm_or_end(tracer, slot, t, form, sp_at_end, hits);
+                return;
+            }
+            SegmentEnd::Fail { why, .. } => {
+                let reason = match why {
+                    DecodeFailure::OutsideMappings => AbortReason::OutsideMappings,
+                    DecodeFailure::Unsupported => AbortReason::UnsupportedInstruction,
+                    DecodeFailure::LookaheadLimit => AbortReason::LookaheadLimit,
+                };
+                end_trace(tracer, slot, t, TraceEnd::Aborted(reason));
+                return;
+            }
+        }
+    }
+}
+
+/// Sets the breakpoint for `form` and leaves it pending, or ends the trace
+/// when the breakpoint cannot be set.
+fn arm_or_end(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    form: BranchForm,
+    expected_sp: StackPointer,
+    hits: u32,
+) {
+    if arm_breakpoint(t, form.at) {
+        t.pending = Some(Pending {
+            form,
+            expected_sp,
+            hits,
+        });
+    } else {
+        end_trace(
+            tracer,
+            slot,
+            t,
+            TraceEnd::Aborted(AbortReason::BreakpointFailed),
+        );
+    }
+}
