@@ -61,11 +61,23 @@ fn work(n: u64) -> u64 {
     acc
 }
 
-#[test]
-fn handlers_allocate_nothing_while_real_signals_fire() {
-    let dir = std::env::temp_dir().join(format!("bd-alloc-{}", std::process::id()));
+/// What one mode must show to prove anything: enough samples, and enough
+/// handler work at breakpoints (paper, dataflow and verify stop at every
+/// branch they cannot resolve; emulate stops about once a trace, so its
+/// checkpoints count instead).
+fn enough(mode: &str, samples: u64, breakpoints: u64, checkpoints: u64) -> bool {
+    match mode {
+        "emulate" => samples > 200 && checkpoints > 200,
+        _ => samples > 50 && breakpoints > 2_000,
+    }
+}
+
+/// Runs one session in `mode` on this thread while it does allocation-free
+/// work, and returns the allocations counted on the thread meanwhile.
+fn allocations_in(mode: &str) -> u64 {
+    let dir = std::env::temp_dir().join(format!("bd-alloc-{}-{mode}", std::process::id()));
     let options = Options::parse_words(&format!(
-        "event=task-clock period=200000 lbr=32 out={}",
+        "event=task-clock period=200000 lbr=32 lookahead={mode} out={}",
         dir.display()
     ))
     .expect("valid options");
@@ -74,6 +86,7 @@ fn handlers_allocate_nothing_while_real_signals_fire() {
     }
     let tracer = breakdance::trace::tracer().expect("a tracer after start");
     let before = tracer.totals();
+    ALLOCATIONS.store(0, Ordering::SeqCst);
     WATCHED_TID.store(sys::gettid(), Ordering::SeqCst);
     let mut acc = 0;
     // Run until enough real stops happened: bounded by the work done, not
@@ -82,7 +95,12 @@ fn handlers_allocate_nothing_while_real_signals_fire() {
     for _ in 0..20_000 {
         acc ^= work(black_box(2_000_000));
         let now = tracer.totals();
-        if now.breakpoints - before.breakpoints > 2_000 && now.samples - before.samples > 50 {
+        if enough(
+            mode,
+            now.samples - before.samples,
+            now.breakpoints - before.breakpoints,
+            now.checkpoints - before.checkpoints,
+        ) {
             break;
         }
     }
@@ -94,15 +112,27 @@ fn handlers_allocate_nothing_while_real_signals_fire() {
 
     let samples = after.samples - before.samples;
     let breakpoints = after.breakpoints - before.breakpoints;
-    assert!(samples > 50, "too few samples to prove anything: {samples}");
+    let checkpoints = after.checkpoints - before.checkpoints;
     assert!(
-        breakpoints > 2_000,
-        "too few breakpoint stops to prove anything: {breakpoints}"
-    );
-    assert_eq!(
-        ALLOCATIONS.load(Ordering::SeqCst),
-        0,
-        "the handler path allocated ({samples} samples, {breakpoints} breakpoints)"
+        enough(mode, samples, breakpoints, checkpoints),
+        "{mode}: too little handler work to prove anything: {samples} samples, \
+         {breakpoints} breakpoints, {checkpoints} checkpoints"
     );
     assert!(summary.contains("\"traces_completed\""));
+    let n = ALLOCATIONS.load(Ordering::SeqCst);
+    eprintln!("{mode}: {samples} samples, {breakpoints} breakpoints, {checkpoints} checkpoints, {n} allocations");
+    n
+}
+
+/// Every look-ahead mode, one after the other (one session at a time in a
+/// process): the handlers of each allocate nothing.
+#[test]
+fn handlers_allocate_nothing_while_real_signals_fire() {
+    for mode in ["paper", "dataflow", "emulate", "verify"] {
+        assert_eq!(
+            allocations_in(mode),
+            0,
+            "{mode}: the handler path allocated"
+        );
+    }
 }

@@ -31,10 +31,10 @@ pub enum ConfigError {
     LbrRange(String),
     #[error("give a period or a frequency, not both")]
     PeriodAndFreq,
-    #[error("unknown option '{0}' (known: event, period, freq, lbr, out, dataflow, force_dir)")]
+    #[error("unknown option '{0}' (known: event, period, freq, lbr, out, lookahead, force_dir)")]
     UnknownOption(String),
-    #[error("dataflow must be on, off or verify, got '{0}'")]
-    Dataflow(String),
+    #[error("lookahead must be paper, dataflow, emulate or verify, got '{0}'")]
+    Lookahead(String),
     #[error("force_dir must be 1 or 0, got '{0}'")]
     ForceDir(String),
     #[error("'stop' takes only out=DIR and force_dir=1, got '{0}'")]
@@ -135,14 +135,22 @@ impl Options {
                 self.lbr = Some(n);
             }
             "out" => self.output = Some(PathBuf::from(value)),
+            // The option's name before look-ahead modes had their own
+            // (on, off, verify), kept until profiler-ctl says lookahead.
             "dataflow" => {
                 self.lookahead = Some(match value {
                     "on" => Lookahead::Dataflow,
                     "off" => Lookahead::Paper,
                     "verify" => Lookahead::Verify,
                     "emulate" => Lookahead::Emulate,
-                    _ => return Err(ConfigError::Dataflow(value.to_string())),
+                    _ => return Err(ConfigError::Lookahead(value.to_string())),
                 })
+            }
+            "lookahead" => {
+                self.lookahead = Some(
+                    Lookahead::parse(value)
+                        .ok_or_else(|| ConfigError::Lookahead(value.to_string()))?,
+                )
             }
             "force_dir" => {
                 self.force_dir = match value {
@@ -181,6 +189,7 @@ impl Options {
             ("BREAKDANCE_LBR", "lbr"),
             ("BREAKDANCE_OUTPUT", "out"),
             ("BREAKDANCE_DATAFLOW", "dataflow"),
+            ("BREAKDANCE_LOOKAHEAD", "lookahead"),
             ("BREAKDANCE_FORCE_DIR", "force_dir"),
         ] {
             if let Some(v) = get(var).filter(|v| !v.is_empty()) {

@@ -582,7 +582,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
         period: r.period,
         freq: r.freq,
         lbr: r.lbr,
-        dataflow: dataflow_name(r.lookahead).to_string(),
+        dataflow: r.lookahead.name().to_string(),
         duration_ns: sys::now_ns() - running.started_ns,
         threads: tracer.threads_registered.load(Ordering::Relaxed),
         counters,
@@ -608,14 +608,6 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
     write(state, unwritten)
 }
 
-fn dataflow_name(mode: trace::Lookahead) -> &'static str {
-    match mode {
-        trace::Lookahead::Paper => "off",
-        trace::Lookahead::Dataflow => "on",
-        trace::Lookahead::Verify => "verify",
-        trace::Lookahead::Emulate => "emulate",
-    }
-}
 
 fn write(state: &mut ControlState, u: Unwritten) -> Result<String, StopError> {
     match output::write_session(&u.report, &u.agg, &u.modules, u.force_dir) {

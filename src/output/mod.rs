@@ -142,7 +142,7 @@ pub fn write_session(
         .opt_num("period", report.period)
         .opt_num("freq", report.freq)
         .num("lbr", report.lbr as u64)
-        .str("dataflow", &report.dataflow)
+        .str("lookahead", &report.dataflow)
         .end_object();
     j.num("duration_ns", report.duration_ns)
         .num("threads", report.threads)
