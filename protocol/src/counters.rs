@@ -1,0 +1,325 @@
+//! The session's counters, each declared once.
+//!
+//! [`for_each_counter!`] is the one list of the counters the tracer's
+//! handlers keep. It generates [`Counters`] here (the plain values that
+//! summary.json and the `status` reply carry, flat, under the counter's
+//! own name) and, in the library, the per-thread atomic counters the
+//! handlers bump. Adding a counter is one line in that list; the library,
+//! summary.json, `status`, profiler-ctl and bench-harness all follow.
+//! Counts by reason are declared the same way, once, with [`reasons!`].
+
+use std::ops::AddAssign;
+
+use serde::{Deserialize, Serialize};
+
+/// What a counter measures, for readers that group counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CounterKind {
+    /// Events.
+    Count,
+    /// Data that was collected and then lost, with the reason in its name.
+    Drop,
+    /// Nanoseconds spent.
+    Time,
+}
+
+/// Calls `$callback! { $(#[doc] name: Kind,)* }` with every counter the
+/// tracer's handlers keep.
+#[macro_export]
+macro_rules! for_each_counter {
+    ($($callback:tt)*) => {
+        $($callback)*! {
+            /// Sampling signals taken.
+            samples: Count,
+            /// Traces begun at a sample.
+            traces_started: Count,
+            /// Traces that reached their length.
+            traces_completed: Count,
+            /// Traces that ended before their first entry (written nowhere).
+            traces_empty: Count,
+            /// Taken branches recorded into buffers.
+            entries_recorded: Count,
+            /// Breakpoint stops.
+            breakpoints: Count,
+            /// Direct jumps and calls followed without stopping.
+            statically_resolved: Count,
+            /// Branches evaluated against the CPU state at a stop.
+            dynamically_evaluated: Count,
+            /// Of those, the taken ones.
+            dynamic_taken: Count,
+            /// Buffers handed to the worker and replaced.
+            buffer_swaps: Count,
+            /// Samples dropped because no free buffer was left.
+            no_free_buffer: Drop,
+            /// Entries lost because a trace outgrew its buffer.
+            full_buffer_entries_lost: Drop,
+            /// Time in the sampling handler.
+            sampling_ns: Time,
+            /// Time in the breakpoint handler.
+            breakpoint_ns: Time,
+            /// Of the handlers' time, decoding.
+            decode_ns: Time,
+            /// Code segments decoded.
+            segments_decoded: Count,
+            /// Code segments found in the decoded-block cache.
+            segments_cached: Count,
+            /// Stops whose stack pointer was checked against a window, not an exact value.
+            sp_windowed: Count,
+            /// Branches the data-flow model resolved without a stop.
+            dataflow_resolved: Count,
+            /// Of those, the taken ones.
+            dataflow_taken: Count,
+            /// Predictions checked at a stop (verify mode).
+            dataflow_verified: Count,
+            /// Predictions a stop contradicted.
+            dataflow_mismatches: Count,
+            /// Of those, predicted stops reached at another pc or stack
+            /// pointer than the model expected.
+            dataflow_mismatched_stops: Count,
+            /// Data-flow chains taken back.
+            dataflow_rewinds: Count,
+            /// Handlers left half-way by an application's longjmp, taken
+            /// back by the thread's next handler.
+            handlers_abandoned: Count,
+            /// Breakpoint events replaced after a late hit or an abandoned
+            /// handler.
+            breakpoints_renewed: Count,
+            /// Debug exceptions at the tracer's breakpoint the kernel could
+            /// not attribute, dropped instead of passed to the application.
+            stray_debug_traps: Count,
+        }
+    };
+}
+
+macro_rules! define_counters {
+    ($($(#[$doc:meta])* $name:ident: $kind:ident,)*) => {
+        /// The handlers' counters of a session (or of one thread).
+        /// Missing counters read as 0, so a reader accepts a summary
+        /// written before a counter existed.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct Counters {
+            $($(#[$doc])* pub $name: u64,)*
+            /// Traces that ended early, by reason.
+            pub aborts: Aborts,
+        }
+
+        impl Counters {
+            /// Every counter but the aborts: name, kind, value, in
+            /// declaration order.
+            pub fn entries(&self) -> Vec<(&'static str, CounterKind, u64)> {
+                vec![$((stringify!($name), CounterKind::$kind, self.$name),)*]
+            }
+        }
+
+        impl AddAssign for Counters {
+            fn add_assign(&mut self, o: Counters) {
+                $(self.$name += o.$name;)*
+                self.aborts += o.aborts;
+            }
+        }
+    };
+}
+
+for_each_counter!(define_counters);
+
+impl Counters {
+    /// Traces that ended early, for any reason.
+    pub fn aborted(&self) -> u64 {
+        self.aborts.total()
+    }
+}
+
+/// Declares an enum of reasons and a struct counting each, with the
+/// reason's summary.json name as the field name.
+macro_rules! reasons {
+    (
+        $(#[$enum_doc:meta])* $enum:ident;
+        $(#[$counts_doc:meta])* $counts:ident;
+        $($(#[$doc:meta])* $variant:ident => $name:ident,)*
+    ) => {
+        $(#[$enum_doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum $enum {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl $enum {
+            pub const ALL: [$enum; [$(stringify!($name)),*].len()] = [$($enum::$variant),*];
+            pub const COUNT: usize = Self::ALL.len();
+
+            /// The name in summary.json.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($enum::$variant => stringify!($name),)*
+                }
+            }
+        }
+
+        $(#[$counts_doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct $counts {
+            $(pub $name: u64,)*
+        }
+
+        impl $counts {
+            pub fn get(&self, reason: $enum) -> u64 {
+                match reason {
+                    $($enum::$variant => self.$name,)*
+                }
+            }
+
+            pub fn get_mut(&mut self, reason: $enum) -> &mut u64 {
+                match reason {
+                    $($enum::$variant => &mut self.$name,)*
+                }
+            }
+
+            pub fn from_fn(mut f: impl FnMut($enum) -> u64) -> $counts {
+                $counts {
+                    $($name: f($enum::$variant),)*
+                }
+            }
+
+            /// (reason, count) for every reason, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = ($enum, u64)> + '_ {
+                $enum::ALL.into_iter().map(|r| (r, self.get(r)))
+            }
+
+            pub fn total(&self) -> u64 {
+                self.iter().map(|(_, n)| n).sum()
+            }
+        }
+
+        impl AddAssign for $counts {
+            fn add_assign(&mut self, o: $counts) {
+                $(self.$name += o.$name;)*
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Why a trace ended early. Each reason has a counter in summary.json.
+    AbortReason;
+    /// Traces that ended early, by reason.
+    Aborts;
+    /// Breakpoint address inside an rseq critical section.
+    Rseq => rseq,
+    /// The breakpoint was hit with another stack pointer than expected
+    /// (reached from a signal handler or a deeper frame).
+    SpMismatch => sp_mismatch,
+    /// The handler ran at a pc that is not the breakpoint's.
+    PcMismatch => pc_mismatch,
+    /// An instruction the look-ahead does not follow.
+    UnsupportedInstruction => unsupported_instruction,
+    /// Code outside the known executable file mappings (the vDSO included).
+    OutsideMappings => outside_mappings,
+    /// No transfer within the look-ahead limit.
+    LookaheadLimit => lookahead_limit,
+    /// A syscall that may not return to the next instruction.
+    Syscall => syscall,
+    /// The thread exited with a trace open.
+    ThreadExit => thread_exit,
+    /// The session stopped with a trace open.
+    SessionStop => session_stop,
+    /// The breakpoint could not be set (the ioctl failed).
+    BreakpointFailed => breakpoint_failed,
+    /// The handler following the trace never returned (an application
+    /// signal handler run inside it left by longjmp); the next handler of
+    /// the thread ended the trace.
+    HandlerAbandoned => handler_abandoned,
+}
+
+/// What the library met of its host program and survived.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Host {
+    /// Handlers left half-way by an application's longjmp, taken back by
+    /// the thread's next handler.
+    pub handlers_abandoned: u64,
+    /// Slots a closer gave up waiting for (a handler still running, or
+    /// abandoned, after the wait).
+    pub slots_busy_at_stop: u64,
+    /// Stuck slots whose sampling the worker re-armed.
+    pub stuck_slots_poked: u64,
+    /// Threads that closed their own slot as they ended.
+    pub threads_exited: u64,
+    /// Slots of threads that ended without closing them, closed by the
+    /// worker's sweep.
+    pub threads_gone: u64,
+    /// Lookups in the handler's mapping table that gave up while it was
+    /// being replaced.
+    pub exec_map_lookups_given_up: u64,
+    /// Breakpoint events replaced after a hit delivered late (the thread
+    /// had SIGTRAP blocked) or an abandoned handler.
+    pub breakpoints_renewed: u64,
+    /// Debug exceptions at the tracer's breakpoint that the kernel could
+    /// not attribute, dropped instead of passed to the application.
+    pub stray_debug_traps: u64,
+}
+
+/// Data lost after the handlers, by the control thread and the worker.
+/// (The handlers' own drops are [`Counters`] of kind [`CounterKind::Drop`].)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Drops {
+    /// Threads not traced because the thread table was full.
+    pub thread_table_full: u64,
+    /// Traces the aggregate's table had no room for.
+    pub trace_table_full: u64,
+    /// The taken branches of those traces.
+    pub trace_table_full_entries: u64,
+}
+
+impl Drops {
+    pub fn entries(&self) -> [(&'static str, u64); 3] {
+        [
+            ("thread_table_full", self.thread_table_full),
+            ("trace_table_full", self.trace_table_full),
+            ("trace_table_full_entries", self.trace_table_full_entries),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_flat_and_named_once() {
+        let mut c = Counters {
+            samples: 3,
+            no_free_buffer: 1,
+            ..Default::default()
+        };
+        *c.aborts.get_mut(AbortReason::SpMismatch) += 2;
+        let v = serde_json::to_value(c).unwrap();
+        assert_eq!(v["samples"], 3);
+        assert_eq!(v["aborts"]["sp_mismatch"], 2);
+        let kinds: Vec<_> = c
+            .entries()
+            .into_iter()
+            .filter(|(_, k, _)| *k == CounterKind::Drop)
+            .map(|(n, _, _)| n)
+            .collect();
+        assert_eq!(kinds, ["no_free_buffer", "full_buffer_entries_lost"]);
+        let mut sum = c;
+        sum += c;
+        assert_eq!((sum.samples, sum.aborted()), (6, 4));
+        // A counter the reader does not know of yet reads as 0.
+        let old: Counters = serde_json::from_str(r#"{"samples": 5}"#).unwrap();
+        assert_eq!((old.samples, old.breakpoints), (5, 0));
+    }
+
+    #[test]
+    fn reasons_have_stable_names() {
+        assert_eq!(AbortReason::COUNT, 11);
+        assert_eq!(AbortReason::ALL[2].name(), "pc_mismatch");
+        let a = Aborts::from_fn(|r| r as u64);
+        assert_eq!(a.get(AbortReason::BreakpointFailed), 9);
+        assert_eq!(a.total(), 55);
+    }
+}
