@@ -164,10 +164,11 @@ fn a_session_is_started_watched_and_stopped() {
     );
     assert!(text.contains("llvm-profgen-19 --perfscript="), "{text}");
     assert!(out.join("perf.script").is_file());
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["pid"].as_u64(), Some(u64::from(traced.child.id())));
-    assert_eq!(summary["config"]["lbr"].as_u64(), Some(16));
+    let summary = breakdance_protocol::Summary::load(&out)
+        .unwrap()
+        .expect("summary.json");
+    assert_eq!(summary.pid, traced.child.id());
+    assert_eq!(summary.config.lbr, 16);
 
     let status = traced.ctl("status", &[]);
     assert_eq!(
