@@ -147,7 +147,7 @@ fn a_session_is_started_watched_and_stopped() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let stopped = traced.ctl("stop", &[]);
+    let stopped = traced.ctl("stop", &["--profgen"]);
     if !stopped.status.success() {
         std::thread::sleep(Duration::from_millis(200));
         let program = traced.child.try_wait().unwrap();
@@ -163,6 +163,11 @@ fn a_session_is_started_watched_and_stopped() {
         "{text}"
     );
     assert!(text.contains("llvm-profgen-19 --perfscript="), "{text}");
+    // The shell is stripped: --profgen lists it with the reason.
+    assert!(
+        text.contains("profgen: no profile for ") && text.contains(": it is stripped"),
+        "{text}"
+    );
     assert!(out.join("perf.script").is_file());
     let summary = breakdance_protocol::Summary::load(&out)
         .unwrap()
