@@ -6,10 +6,10 @@
 use crate::profiler::{Summary, Tracer};
 use crate::report::{fmt, geomean, median, spread, Report, Table};
 use crate::runner::{self, Cmd, Timing};
-use crate::svg::{BarChart, LineChart, Series};
 use crate::workloads::{self, Input, Workload, Workspace};
 use crate::Options;
 use anyhow::Result;
+use breakdance_charts::{BarChart, LineChart, Series};
 
 /// Task-clock periods (ns) of the full run: 1 ms to 30 ms, a 30× span.
 const PERIODS: [u64; 4] = [1_000_000, 3_000_000, 10_000_000, 30_000_000];
