@@ -63,6 +63,7 @@ fn run(cli: Cli) -> Result<Exit> {
             print!("{}", summary::render_status(&reply));
         }
         Command::Stop(args) => {
+            let socket = args.target.socket();
             let mut options = args.options();
             if let Some(dir) = &options.output {
                 options.output = Some(trust::prepare_output_dir(dir, options.force_dir)?);
@@ -70,7 +71,9 @@ fn run(cli: Cli) -> Result<Exit> {
             let line = Request::Stop(options)
                 .to_line()
                 .map_err(|e| UsageError(format!("--output: {e}")))?;
-            let stopped: Summary = control(&args.target, &line)?;
+            let payload = request(&args.target, &line)?;
+            // The reply is summary.json's text: its schema is checked the same way.
+            let stopped = Summary::from_json(&payload, &socket)?;
             let children = summary::child_dirs(&stopped.output_dir, None);
             print!("{}", summary::render(&stopped, None, &children, None));
             if args.profgen {
@@ -100,18 +103,23 @@ fn run(cli: Cli) -> Result<Exit> {
     Ok(Exit::Code(0))
 }
 
-/// Sends one request and reads its typed answer; an `error` answer becomes
-/// the error message itself.
-fn control<T: serde::de::DeserializeOwned>(target: &TargetArgs, request: &str) -> Result<T> {
-    let socket = target.socket();
-    match client::request(&socket, target.peer(), request, target.timeout())? {
+/// Sends one request and returns the payload of an `ok` answer; an
+/// `error` answer becomes the error message itself.
+fn request(target: &TargetArgs, line: &str) -> Result<String> {
+    match client::request(&target.socket(), target.peer(), line, target.timeout())? {
         Answer::Error(message) => bail!("{message}"),
-        Answer::Ok(payload) => serde_json::from_str(&payload).with_context(|| {
-            format!(
-                "the answer from {} is not what this profiler-ctl expects (is the library \
-                 from the same build?)",
-                socket.display()
-            )
-        }),
+        Answer::Ok(payload) => Ok(payload),
     }
+}
+
+/// Sends one request and reads its typed answer.
+fn control<T: serde::de::DeserializeOwned>(target: &TargetArgs, line: &str) -> Result<T> {
+    let payload = request(target, line)?;
+    serde_json::from_str(&payload).with_context(|| {
+        format!(
+            "the answer from {} is not what this profiler-ctl expects (is the library \
+             from the same build?)",
+            target.socket().display()
+        )
+    })
 }
