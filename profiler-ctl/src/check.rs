@@ -86,7 +86,14 @@ fn file_findings(binary: &Path, facts: &Facts) -> Vec<Finding> {
 }
 
 /// What the recording in `dir` says about this build of the file.
-fn recording_findings(binary: &Binary, facts: &Facts, dir: &Path) -> Result<Vec<Finding>> {
+/// `estimate`: llvm-profgen's more-samples factor when a run of it for
+/// this file and recording already gave it.
+fn recording_findings(
+    binary: &Binary,
+    facts: &Facts,
+    dir: &Path,
+    estimate: Option<Option<f64>>,
+) -> Result<Vec<Finding>> {
     let shown = binary.path.display();
     let record_again = format!(
         "profiler-ctl record -o {} -- {shown} ARGS...",
@@ -141,13 +148,18 @@ fn recording_findings(binary: &Binary, facts: &Facts, dir: &Path) -> Result<Vec<
     }
     // llvm-profgen's own estimate of whether the samples are enough for
     // the code they cover.
-    let scratch =
-        std::env::temp_dir().join(format!("profiler-ctl-check-{}.prof", std::process::id()));
-    let estimate = profgen::generate(&dir.join(PERF_SCRIPT_FILE), &binary.path, &scratch);
-    let _ = std::fs::remove_file(&scratch);
+    let estimate = match estimate {
+        Some(known) => Ok(known),
+        None => {
+            let scratch = std::env::temp_dir()
+                .join(format!("profiler-ctl-check-{}.prof", std::process::id()));
+            let generated = profgen::generate(&dir.join(PERF_SCRIPT_FILE), &binary.path, &scratch);
+            let _ = std::fs::remove_file(&scratch);
+            generated.map(|g| g.more_samples)
+        }
+    };
     Ok(match estimate {
-        Ok(g) => g
-            .more_samples
+        Ok(more_samples) => more_samples
             .map(|factor| {
                 finding(
                     format!(
@@ -180,11 +192,21 @@ fn recording_findings(binary: &Binary, facts: &Facts, dir: &Path) -> Result<Vec<
 
 /// Every finding for `binary`, with the recording `dir` when given.
 pub fn run(binary: &Path, dir: Option<&Path>) -> Result<Vec<Finding>> {
+    run_knowing(binary, dir, None)
+}
+
+/// [`run`], with llvm-profgen's estimate for `binary` and `dir` when a run
+/// of it already gave one (`record --profgen`), so it is not run twice.
+pub fn run_knowing(
+    binary: &Path,
+    dir: Option<&Path>,
+    estimate: Option<Option<f64>>,
+) -> Result<Vec<Finding>> {
     let file = Binary::open(binary)?;
     let facts = file.facts()?;
     let mut found = file_findings(binary, &facts);
     if let Some(dir) = dir {
-        found.extend(recording_findings(&file, &facts, dir)?);
+        found.extend(recording_findings(&file, &facts, dir, estimate)?);
     }
     Ok(found)
 }

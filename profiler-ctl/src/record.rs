@@ -166,14 +166,23 @@ pub fn run(args: &RecordArgs) -> Result<Exit> {
         eprint!("{text}");
     }
     if let Some(summary) = summary {
+        let mut estimate = None;
         if args.profgen {
             let made = profgen::run(&summary);
             if !args.quiet {
                 eprint!("{}", made.render());
             }
+            estimate = made
+                .written
+                .iter()
+                .find(|(module, _, _)| Some(module) == binary.as_ref())
+                .map(|(_, _, more_samples)| *more_samples);
         }
         if let (Some(binary), false) = (&binary, args.quiet) {
-            eprint!("{}", after_record_checks(binary, &prepared.output));
+            eprint!(
+                "{}",
+                after_record_checks(binary, &prepared.output, estimate)
+            );
         }
     }
     Ok(reaped.exit)
@@ -273,8 +282,8 @@ fn report(
 
 /// `check`'s findings on the traced binary against this recording, as
 /// lines after the summary.
-fn after_record_checks(binary: &Path, output: &Path) -> String {
-    match check::run(binary, Some(output)) {
+fn after_record_checks(binary: &Path, output: &Path, estimate: Option<Option<f64>>) -> String {
+    match check::run_knowing(binary, Some(output), estimate) {
         Ok(findings) if findings.is_empty() => String::new(),
         Ok(findings) => check::render(binary, &findings),
         Err(e) => format!("profiler-ctl: cannot check {}: {e:#}\n", binary.display()),

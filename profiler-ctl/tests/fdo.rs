@@ -263,11 +263,6 @@ fn profgen_output_is_accepted_by_clang_and_names_the_hottest_function() {
         "{stderr}"
     );
     assert!(profile.is_file(), "{stderr}");
-    // libc has samples too but no debug info here: listed, with the reason.
-    assert!(
-        stderr.contains("profgen: no profile for ") && stderr.contains("libc.so.6: it "),
-        "{stderr}"
-    );
     assert_eq!(hottest_in_profile(&profile), "hot");
 
     let rebuilt = scratch.path("hotpath.fdo");
