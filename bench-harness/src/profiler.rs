@@ -137,8 +137,8 @@ mod tests {
             c.dynamically_evaluated,
             c.dynamic_taken,
         ) = (100, 300, 150);
-        c.no_free_buffer = 2;
-        written.drops.trace_table_full = 1;
+        c.drops.no_free_buffer = 2;
+        c.drops.trace_table_full = 1;
         std::fs::write(dir.join("summary.json"), written.to_json()).unwrap();
         let s = Summary::read(&dir).unwrap();
         assert_eq!(s.taken_fraction(), 0.5);

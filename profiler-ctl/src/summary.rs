@@ -400,8 +400,8 @@ next: turn the traces into an AutoFDO profile:
     fn an_empty_profile_says_why_there_is_no_next_step() {
         let mut summary = example();
         summary.counters.traces_completed = 0;
-        summary.counters.no_free_buffer = 7;
-        summary.drops.trace_table_full = 2;
+        summary.counters.drops.no_free_buffer = 7;
+        summary.counters.drops.trace_table_full = 2;
         let text = render(&summary, None, &[], None);
         assert!(
             text.contains("  drops: no_free_buffer 7, trace_table_full 2\n"),

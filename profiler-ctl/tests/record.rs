@@ -71,7 +71,7 @@ fn invalid_options_are_refused_before_the_command_runs() {
         ),
         (
             &["-o", under_file],
-            "profiler-ctl: --output: cannot create output directory",
+            "profiler-ctl: -o: cannot create output directory",
         ),
         (
             &["--lib", "/nonexistent/libbreakdance.so"],

@@ -1,12 +1,14 @@
 //! The session's counters, each declared once.
 //!
-//! [`for_each_counter!`] is the one list of the counters the tracer's
-//! handlers keep. It generates [`Counters`] here (the plain values that
-//! summary.json and the `status` reply carry, flat, under the counter's
-//! own name) and, in the library, the per-thread atomic counters the
-//! handlers bump. Adding a counter is one line in that list; the library,
-//! summary.json, `status`, profiler-ctl and bench-harness all follow.
-//! Counts by reason are declared the same way, once, with [`reasons!`].
+//! [`for_each_counter!`] is the one list of the session's counters: the
+//! events the handlers count and every drop, wherever it happens. It
+//! generates [`Counters`] here (the plain values that summary.json and the
+//! `status` reply carry: counts at the top level under their own names,
+//! drops together in `drops`) and, in the library, the per-thread atomic
+//! counters the handlers bump. Adding a counter is one line in that list;
+//! the library, summary.json, `status`, profiler-ctl and bench-harness all
+//! follow. Counts by reason are declared the same way, once, with
+//! `reasons!`.
 
 use std::ops::AddAssign;
 
@@ -17,18 +19,18 @@ use serde::{Deserialize, Serialize};
 pub enum CounterKind {
     /// Events.
     Count,
-    /// Data that was collected and then lost, with the reason in its name.
-    Drop,
     /// Nanoseconds spent.
     Time,
 }
 
-/// Calls `$callback! { $(#[doc] name: Kind,)* }` with every counter the
-/// tracer's handlers keep.
+/// Calls `$callback! { counts { $(#[doc] name: Kind,)* } drops { $(#[doc]
+/// name,)* } }` with every counter of a session. A drop is data that was
+/// collected and then lost, counted under the reason.
 #[macro_export]
 macro_rules! for_each_counter {
     ($($callback:tt)*) => {
         $($callback)*! {
+            counts {
             /// Sampling signals taken.
             samples: Count,
             /// Traces begun at a sample.
@@ -49,10 +51,6 @@ macro_rules! for_each_counter {
             dynamic_taken: Count,
             /// Buffers handed to the worker and replaced.
             buffer_swaps: Count,
-            /// Samples dropped because no free buffer was left.
-            no_free_buffer: Drop,
-            /// Entries lost because a trace outgrew its buffer.
-            full_buffer_entries_lost: Drop,
             /// Time in the sampling handler.
             sampling_ns: Time,
             /// Time in the breakpoint handler.
@@ -87,34 +85,71 @@ macro_rules! for_each_counter {
             /// Debug exceptions at the tracer's breakpoint the kernel could
             /// not attribute, dropped instead of passed to the application.
             stray_debug_traps: Count,
+            }
+            drops {
+            /// Samples dropped because no free buffer was left.
+            no_free_buffer,
+            /// Entries lost because a trace outgrew its buffer.
+            full_buffer_entries_lost,
+            /// Threads not traced because the thread table was full.
+            thread_table_full,
+            /// Traces the aggregate's table had no room for.
+            trace_table_full,
+            /// The taken branches of those traces.
+            trace_table_full_entries,
+            }
         }
     };
 }
 
 macro_rules! define_counters {
-    ($($(#[$doc:meta])* $name:ident: $kind:ident,)*) => {
-        /// The handlers' counters of a session (or of one thread).
-        /// Missing counters read as 0, so a reader accepts a summary
-        /// written before a counter existed.
+    (
+        counts { $($(#[$doc:meta])* $name:ident: $kind:ident,)* }
+        drops { $($(#[$drop_doc:meta])* $drop:ident,)* }
+    ) => {
+        /// The counters of a session (or of one thread). Missing counters
+        /// read as 0, so a reader accepts a summary written before a
+        /// counter existed.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
         #[serde(default)]
         pub struct Counters {
             $($(#[$doc])* pub $name: u64,)*
+            /// Data collected and then lost, by reason.
+            pub drops: Drops,
             /// Traces that ended early, by reason.
             pub aborts: Aborts,
         }
 
+        /// Data collected and then lost, by reason.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct Drops {
+            $($(#[$drop_doc])* pub $drop: u64,)*
+        }
+
         impl Counters {
-            /// Every counter but the aborts: name, kind, value, in
-            /// declaration order.
+            /// The counts (not the drops nor the aborts): name, kind, value,
+            /// in declaration order.
             pub fn entries(&self) -> Vec<(&'static str, CounterKind, u64)> {
                 vec![$((stringify!($name), CounterKind::$kind, self.$name),)*]
+            }
+        }
+
+        impl Drops {
+            /// (reason, count), in declaration order.
+            pub fn entries(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($drop), self.$drop),)*]
+            }
+
+            pub fn total(&self) -> u64 {
+                0 $(+ self.$drop)*
             }
         }
 
         impl AddAssign for Counters {
             fn add_assign(&mut self, o: Counters) {
                 $(self.$name += o.$name;)*
+                $(self.drops.$drop += o.drops.$drop;)*
                 self.aborts += o.aborts;
             }
         }
@@ -261,29 +296,6 @@ pub struct Host {
     pub stray_debug_traps: u64,
 }
 
-/// Data lost after the handlers, by the control thread and the worker.
-/// (The handlers' own drops are [`Counters`] of kind [`CounterKind::Drop`].)
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Drops {
-    /// Threads not traced because the thread table was full.
-    pub thread_table_full: u64,
-    /// Traces the aggregate's table had no room for.
-    pub trace_table_full: u64,
-    /// The taken branches of those traces.
-    pub trace_table_full_entries: u64,
-}
-
-impl Drops {
-    pub fn entries(&self) -> [(&'static str, u64); 3] {
-        [
-            ("thread_table_full", self.thread_table_full),
-            ("trace_table_full", self.trace_table_full),
-            ("trace_table_full_entries", self.trace_table_full_entries),
-        ]
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,23 +304,24 @@ mod tests {
     fn counters_are_flat_and_named_once() {
         let mut c = Counters {
             samples: 3,
-            no_free_buffer: 1,
             ..Default::default()
         };
+        c.drops.no_free_buffer = 1;
         *c.aborts.get_mut(AbortReason::SpMismatch) += 2;
         let v = serde_json::to_value(c).unwrap();
         assert_eq!(v["samples"], 3);
+        assert_eq!(v["drops"]["no_free_buffer"], 1);
         assert_eq!(v["aborts"]["sp_mismatch"], 2);
-        let kinds: Vec<_> = c
+        let times: Vec<_> = c
             .entries()
             .into_iter()
-            .filter(|(_, k, _)| *k == CounterKind::Drop)
+            .filter(|(_, k, _)| *k == CounterKind::Time)
             .map(|(n, _, _)| n)
             .collect();
-        assert_eq!(kinds, ["no_free_buffer", "full_buffer_entries_lost"]);
+        assert_eq!(times, ["sampling_ns", "breakpoint_ns", "decode_ns"]);
         let mut sum = c;
         sum += c;
-        assert_eq!((sum.samples, sum.aborted()), (6, 4));
+        assert_eq!((sum.samples, sum.aborted(), sum.drops.total()), (6, 4, 2));
         // A counter the reader does not know of yet reads as 0.
         let old: Counters = serde_json::from_str(r#"{"samples": 5}"#).unwrap();
         assert_eq!((old.samples, old.breakpoints), (5, 0));

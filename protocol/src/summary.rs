@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::counters::{CounterKind, Counters, Drops, Host};
+use crate::counters::{CounterKind, Counters, Host};
 use crate::options::{DataflowMode, Event, SUMMARY_FILE};
 
 /// The version of summary.json's layout. Adding a counter keeps it (a
@@ -29,7 +29,8 @@ pub struct Summary {
     pub duration_ns: u64,
     /// Threads traced during the session.
     pub threads: u64,
-    /// The handlers' counters, each at the top level under its own name.
+    /// The session's counters: counts at the top level under their own
+    /// names, `drops` and `aborts` by reason.
     #[serde(flatten)]
     pub counters: Counters,
     /// Traces that ended early, all reasons (Σ `aborts`).
@@ -40,7 +41,6 @@ pub struct Summary {
     pub distinct_traces: u64,
     /// Taken branches written to perf.script.
     pub entries_written: u64,
-    pub drops: Drops,
     /// What the library met of its host program and survived.
     pub host: Host,
     /// Modules with samples, each with its profile files.
@@ -150,15 +150,9 @@ impl Summary {
         serde_json::to_string(self).expect("a summary always serialises")
     }
 
-    /// Every drop of the session, the handlers' and the writer's, by name.
+    /// Every drop of the session, by reason.
     pub fn drops(&self) -> Vec<(&'static str, u64)> {
-        self.counters
-            .entries()
-            .into_iter()
-            .filter(|(_, kind, _)| *kind == CounterKind::Drop)
-            .map(|(name, _, n)| (name, n))
-            .chain(self.drops.entries())
-            .collect()
+        self.counters.drops.entries()
     }
 
     /// The handlers' time counters, by name.
@@ -219,9 +213,9 @@ mod tests {
             ..Default::default()
         };
         s.counters.samples = 10;
-        s.counters.no_free_buffer = 2;
+        s.counters.drops.no_free_buffer = 2;
         *s.counters.aborts.get_mut(AbortReason::Rseq) = 1;
-        s.drops.trace_table_full = 3;
+        s.counters.drops.trace_table_full = 3;
         s
     }
 
@@ -232,6 +226,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["samples"], 10);
         assert_eq!(v["aborts"]["rseq"], 1);
+        assert_eq!(v["drops"]["trace_table_full"], 3);
         assert_eq!(v["config"]["event"], "task-clock");
         assert_eq!(v["modules"][0]["load_address"], "0x55550000");
         assert_eq!(Summary::from_json(&text, Path::new("s")).unwrap(), s);

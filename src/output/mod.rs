@@ -12,7 +12,7 @@ pub mod formats;
 use std::path::PathBuf;
 
 use breakdance_protocol::{
-    Drops, ModuleSummary, SessionConfig, Summary, PERF_SCRIPT_FILE, SCHEMA_VERSION, SUMMARY_FILE,
+    ModuleSummary, SessionConfig, Summary, PERF_SCRIPT_FILE, SCHEMA_VERSION, SUMMARY_FILE,
 };
 
 use crate::aggregate::Aggregate;
@@ -105,6 +105,12 @@ pub fn write_session(
         module_rows.push((m, afdo, bolt, p.branch_count()));
     }
 
+    // Drops after the handlers: the thread table (at registration) and
+    // the aggregate's trace table.
+    let mut counters = report.counters;
+    counters.drops.thread_table_full += report.thread_table_full;
+    counters.drops.trace_table_full += agg.traces_not_kept;
+    counters.drops.trace_table_full_entries += agg.entries_not_kept;
     let summary = Summary {
         schema: SCHEMA_VERSION,
         pid: report.pid as u32,
@@ -113,16 +119,11 @@ pub fn write_session(
         config: report.config.clone(),
         duration_ns: report.duration_ns,
         threads: report.threads,
-        counters: report.counters,
+        counters,
         traces_aborted: report.counters.aborted(),
         traces_written: agg.traces_seen - agg.traces_not_kept,
         distinct_traces: agg.traces.len() as u64,
         entries_written: agg.entries_kept(),
-        drops: Drops {
-            thread_table_full: report.thread_table_full,
-            trace_table_full: agg.traces_not_kept,
-            trace_table_full_entries: agg.entries_not_kept,
-        },
         modules: module_rows
             .into_iter()
             .map(|(m, afdo, bolt, branches)| ModuleSummary {

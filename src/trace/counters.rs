@@ -4,19 +4,25 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use breakdance_protocol::Aborts;
+use breakdance_protocol::{Aborts, Drops};
 
 use crate::buffer::AbortReason;
 
 /// Generates the atomic counters from the protocol crate's one list of
 /// counters ([`breakdance_protocol::for_each_counter`]), so a counter
 /// declared there exists here, in summary.json and in `status` alike.
+/// The atomic counters are flat (`c.no_free_buffer`), the drops among
+/// them; the protocol's plain values group the drops.
 macro_rules! counters {
-    ($($(#[$doc:meta])* $name:ident: $kind:ident,)*) => {
+    (
+        counts { $($(#[$doc:meta])* $name:ident: $kind:ident,)* }
+        drops { $($(#[$drop_doc:meta])* $drop:ident,)* }
+    ) => {
         /// Event counts of one thread (or the sum over threads).
         #[derive(Default)]
         pub struct Counters {
             $($(#[$doc])* pub $name: AtomicU64,)*
+            $($(#[$drop_doc])* pub $drop: AtomicU64,)*
             pub aborts: [AtomicU64; AbortReason::COUNT],
         }
 
@@ -24,6 +30,9 @@ macro_rules! counters {
             pub fn values(&self) -> CounterValues {
                 CounterValues {
                     $($name: self.$name.load(Ordering::Relaxed),)*
+                    drops: Drops {
+                        $($drop: self.$drop.load(Ordering::Relaxed),)*
+                    },
                     aborts: Aborts::from_fn(|r| self.aborts[r as usize].load(Ordering::Relaxed)),
                 }
             }
@@ -32,6 +41,7 @@ macro_rules! counters {
             /// session totals).
             pub fn absorb(&self, v: &CounterValues) {
                 $(self.$name.fetch_add(v.$name, Ordering::Relaxed);)*
+                $(self.$drop.fetch_add(v.drops.$drop, Ordering::Relaxed);)*
                 for (r, n) in v.aborts.iter() {
                     self.aborts[r as usize].fetch_add(n, Ordering::Relaxed);
                 }
@@ -39,6 +49,7 @@ macro_rules! counters {
 
             pub fn reset(&self) {
                 $(self.$name.store(0, Ordering::Relaxed);)*
+                $(self.$drop.store(0, Ordering::Relaxed);)*
                 for a in &self.aborts {
                     a.store(0, Ordering::Relaxed);
                 }
