@@ -34,24 +34,20 @@ struct Counts {
 
 impl Counts {
     fn add_summary(&mut self, dir: &Path) -> Result<()> {
-        let path = dir.join("summary.json");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("profiled run wrote no {}", path.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not valid JSON", path.display()))?;
-        let get = |keys: &[&str]| -> Result<u64> {
-            keys.iter()
-                .try_fold(&v, |cur, k| cur.get(k))
-                .and_then(|x| x.as_u64())
-                .with_context(|| format!("{} has no count {}", path.display(), keys.join(".")))
-        };
-        self.traces += get(&["traces_started"])?;
-        self.breakpoints += get(&["breakpoints"])?;
-        self.verified += get(&["dataflow_verified"])?;
-        self.mismatches += get(&["dataflow_mismatches"])?;
-        self.mismatched_stops += get(&["dataflow_mismatched_stops"])?;
-        self.pc_mismatch += get(&["aborts", "pc_mismatch"])?;
-        self.sp_mismatch += get(&["aborts", "sp_mismatch"])?;
+        let summary = breakdance_protocol::Summary::load(dir)?.with_context(|| {
+            format!(
+                "profiled run wrote no {}",
+                dir.join("summary.json").display()
+            )
+        })?;
+        let c = &summary.counters;
+        self.traces += c.traces_started;
+        self.breakpoints += c.breakpoints;
+        self.verified += c.dataflow_verified;
+        self.mismatches += c.dataflow_mismatches;
+        self.mismatched_stops += c.dataflow_mismatched_stops;
+        self.pc_mismatch += c.aborts.pc_mismatch;
+        self.sp_mismatch += c.aborts.sp_mismatch;
         Ok(())
     }
 }
