@@ -90,7 +90,7 @@ macro_rules! for_each_counter {
             /// Samples dropped because no free buffer was left.
             no_free_buffer,
             /// Entries lost because a trace outgrew its buffer.
-            full_buffer_entries_lost,
+            buffer_overflow_entries,
             /// Threads not traced because the thread table was full.
             thread_table_full,
             /// Traces the aggregate's table had no room for.

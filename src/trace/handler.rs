@@ -381,7 +381,7 @@ fn record(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, from: u64, to
     };
     if !buffer.push(BranchEntry { from, to }) {
         // Cannot happen after the room check; counted, never silent.
-        Counters::bump(&slot.counters.full_buffer_entries_lost);
+        Counters::bump(&slot.counters.buffer_overflow_entries);
         end_trace(tracer, slot, t, TraceEnd::Complete);
         return true;
     }
