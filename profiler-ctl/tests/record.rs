@@ -125,13 +125,11 @@ fn the_branches_event_records_with_a_pmu_and_is_refused_without() {
         );
         assert!(output.status.success(), "{}", stderr_of(&output));
         assert_eq!(String::from_utf8_lossy(&output.stdout), "899997\n");
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
-                .unwrap();
-        assert_eq!(summary["config"]["event"], "branches", "{summary}");
+        let summary = Summary::load(&out).unwrap().expect("summary.json");
+        assert_eq!(summary.config.event, Event::Branches, "{summary:?}");
         assert!(
-            summary["traces_completed"].as_u64().unwrap_or(0) > 0,
-            "no trace sampled on branches: {summary}"
+            summary.counters.traces_completed > 0,
+            "no trace sampled on branches: {summary:?}"
         );
         return;
     }
@@ -157,7 +155,7 @@ fn the_branches_event_records_with_a_pmu_and_is_refused_without() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line expected: {stderr}");
     assert!(
-        stderr.starts_with("profiler-ctl: -e: 'branches' is a hardware event"),
+        stderr.starts_with("profiler-ctl: --event: 'branches' is a hardware event"),
         "{stderr}"
     );
 }
