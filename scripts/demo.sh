@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole breakdance pipeline on a fresh machine, end to end:
 #   install the tools, build the workspace, compile a demo program, record its
-#   branches with profiler-ctl, turn the traces into AutoFDO profiles with
-#   llvm-profgen and create_llvm_prof, rebuild the program with the profile,
-#   and compare the two builds.
+#   branches with profiler-ctl (which checks the build and writes the
+#   llvm-profgen profile, --profgen), show where its time went (report),
+#   make the create_llvm_prof profile too, rebuild the program with each
+#   profile, and compare the builds.
 #
 # Usage: scripts/demo.sh
 # Environment: DEMO_PERIOD  sampling period for record -c (default 1000000:
@@ -47,15 +48,20 @@ compile_demo() {
 
 record_demo() {
     rm -rf "$out" || return
-    (cd "$work" && "$target_dir/release/profiler-ctl" record -c "$period" -o out -- ./demo "$rounds") || return
+    (cd "$work" && "$target_dir/release/profiler-ctl" record --profgen -c "$period" -o out -- ./demo "$rounds") || return
     need_file "$out/perf.script"
     need_file "$out/demo.afdo.txt"
+    need_file "$out/demo.prof"
     grep -q '/0x' "$out/perf.script" || fail "$out/perf.script holds no branch trace"
 }
 
-profgen() {
-    (cd "$work" && llvm-profgen-19 --perfscript=out/perf.script --binary=./demo --output=out/demo.prof) || return
-    need_file "$out/demo.prof"
+check_build() {
+    (cd "$work" && "$target_dir/release/profiler-ctl" check ./demo out)
+}
+
+report() {
+    (cd "$work" && "$target_dir/release/profiler-ctl" report out --top 5 --svg out/hot-paths.svg) >&2 || return
+    need_file "$out/hot-paths.svg"
 }
 
 create_prof() {
@@ -105,8 +111,9 @@ current="start"
 step "install dependencies (scripts/install-deps.sh)" bash "$root/scripts/install-deps.sh"
 step "build the workspace (cargo build --release --workspace)" build_workspace
 step "compile demo.c with clang-19 ${cflags[*]}" compile_demo
-step "record: profiler-ctl record -c $period -o out -- ./demo $rounds" record_demo
-step "llvm-profgen-19 --perfscript=out/perf.script --binary=./demo --output=out/demo.prof" profgen
+step "record: profiler-ctl record --profgen -c $period -o out -- ./demo $rounds" record_demo
+step "check the build and the samples: profiler-ctl check ./demo out" check_build
+step "where the time went: profiler-ctl report out --top 5 --svg out/hot-paths.svg" report
 step "create_llvm_prof --profiler=text --profile=out/demo.afdo.txt --binary=./demo --out=out/demo.gcov" create_prof
 step "rebuild demo with -fprofile-sample-use" rebuild
 step "hottest functions (llvm-profdata-19 show --sample --topn=5)" hottest
@@ -119,7 +126,8 @@ cat >&2 <<EOF
 work directory    $work
 traces            out/perf.script, $(size "$out/perf.script") bytes, $(grep -c '/0x' "$out/perf.script") distinct traces
 AutoFDO text      out/demo.afdo.txt, $(size "$out/demo.afdo.txt") bytes
-llvm-profgen      out/demo.prof, $(size "$out/demo.prof") bytes
+llvm-profgen      out/demo.prof (record --profgen), $(size "$out/demo.prof") bytes
+hot paths         out/hot-paths.svg
 create_llvm_prof  out/demo.gcov, $(size "$out/demo.gcov") bytes
 hottest function  $hot
 output            $expected (the same from every build)

@@ -29,83 +29,9 @@ pub struct BranchEntry {
     pub to: u64,
 }
 
-/// Why a trace ended early. Each reason has a counter in summary.json.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum AbortReason {
-    /// Breakpoint address inside an rseq critical section.
-    Rseq = 0,
-    /// The breakpoint was hit with another stack pointer than expected
-    /// (reached from a signal handler or a deeper frame).
-    SpMismatch,
-    /// The handler ran at a pc that is not the breakpoint's (delivery was
-    /// delayed by a masked signal).
-    PcMismatch,
-    /// An instruction the look-ahead does not follow.
-    UnsupportedInstruction,
-    /// Code outside the known executable file mappings (the vDSO included).
-    OutsideMappings,
-    /// No transfer within the look-ahead limit.
-    LookaheadLimit,
-    /// A syscall that may not return to the next instruction.
-    Syscall,
-    /// The thread exited with a trace open.
-    ThreadExit,
-    /// The session stopped with a trace open.
-    SessionStop,
-    /// The breakpoint could not be set (the ioctl failed).
-    BreakpointFailed,
-    /// Emulate mode: the thread's state at a checkpoint was not the
-    /// predicted one (registers or a logged memory word).
-    SpeculationMismatch,
-    /// Emulate mode: the next sample came before the checkpoint was hit.
-    CheckpointUnreached,
-    /// Emulate mode: the next instruction faults (the program's own fault).
-    EmulationFault,
-    /// The handler following the trace never returned (an application
-    /// signal handler run inside it left by longjmp); the next handler of
-    /// the thread ended the trace.
-    HandlerAbandoned,
-}
-
-impl AbortReason {
-    pub const ALL: [AbortReason; 14] = [
-        AbortReason::Rseq,
-        AbortReason::SpMismatch,
-        AbortReason::PcMismatch,
-        AbortReason::UnsupportedInstruction,
-        AbortReason::OutsideMappings,
-        AbortReason::LookaheadLimit,
-        AbortReason::Syscall,
-        AbortReason::ThreadExit,
-        AbortReason::SessionStop,
-        AbortReason::BreakpointFailed,
-        AbortReason::SpeculationMismatch,
-        AbortReason::CheckpointUnreached,
-        AbortReason::EmulationFault,
-        AbortReason::HandlerAbandoned,
-    ];
-
-    /// The name used in summary.json.
-    pub fn name(self) -> &'static str {
-        match self {
-            AbortReason::Rseq => "rseq",
-            AbortReason::SpMismatch => "sp_mismatch",
-            AbortReason::PcMismatch => "pc_mismatch",
-            AbortReason::UnsupportedInstruction => "unsupported_instruction",
-            AbortReason::OutsideMappings => "outside_mappings",
-            AbortReason::LookaheadLimit => "lookahead_limit",
-            AbortReason::Syscall => "syscall",
-            AbortReason::ThreadExit => "thread_exit",
-            AbortReason::SessionStop => "session_stop",
-            AbortReason::BreakpointFailed => "breakpoint_failed",
-            AbortReason::SpeculationMismatch => "speculation_mismatch",
-            AbortReason::CheckpointUnreached => "checkpoint_unreached",
-            AbortReason::EmulationFault => "emulation_fault",
-            AbortReason::HandlerAbandoned => "handler_abandoned",
-        }
-    }
-}
+/// Why a trace ended early: declared with its summary.json counter in the
+/// protocol crate.
+pub use breakdance_protocol::AbortReason;
 
 /// How a trace ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

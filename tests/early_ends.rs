@@ -101,7 +101,7 @@ fn no_stop_inside_an_rseq_critical_section() {
         &tracer,
         &off_out,
         500_000,
-        &["--dataflow", "off"],
+        &["--lookahead", "paper"],
         &program,
         &["3000"],
         &[],

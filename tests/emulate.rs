@@ -76,7 +76,7 @@ fn flipped_memory_never_makes_a_wrong_entry() {
             &tracer,
             &out,
             PERIOD_NS,
-            &["--dataflow", "emulate", "--lbr", "64"],
+            &["--lookahead", "emulate", "--lbr", "64"],
             &binary,
             &[rounds, &record_arg],
             &[],
@@ -97,8 +97,8 @@ fn flipped_memory_never_makes_a_wrong_entry() {
             );
             checked += 1;
         }
-        mismatches += counter(&rec.summary, "emulation.mismatch_memory")
-            + counter(&rec.summary, "emulation.mismatch_registers");
+        mismatches += counter(&rec.summary, "speculation_mismatch_memory")
+            + counter(&rec.summary, "speculation_mismatch_registers");
         eprintln!("flipper run {run}: {checked} rounds checked, {mismatches} mismatches");
         if checked >= 200 && mismatches > 0 {
             return;
@@ -132,7 +132,7 @@ fn faulting_loads_end_segments_and_the_program_keeps_its_faults() {
             &tracer,
             &out,
             PERIOD_NS,
-            &["--dataflow", "emulate"],
+            &["--lookahead", "emulate"],
             &binary,
             &args,
             &[],

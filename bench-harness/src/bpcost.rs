@@ -9,10 +9,10 @@
 //! the same breakpoint attributes, ioctl and signal path it uses.
 
 use crate::report::{fmt, median, Report, Table};
-use crate::svg::{LineChart, Series};
 use crate::Options;
 use anyhow::{Context, Result};
 use breakdance::trace::calibrate;
+use breakdance_charts::{LineChart, Series};
 use std::sync::{Arc, Barrier};
 
 const MOVES: usize = 20_000;

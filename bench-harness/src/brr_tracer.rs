@@ -230,7 +230,7 @@ pub fn run(opts: &Options, brr_dir: &Path) -> Result<usize> {
             let out = dir.join(format!("out-{period}"));
             let (timing, summary) = tracer.record_run(&native_cmd, period, &out)?;
             traced[p].push(timing.cpu_s());
-            traces[p].push(summary.traces_completed);
+            traces[p].push(summary.counters.traces_completed as f64);
             accuracy[p].push(overlap(&exact, &traced_profile(&out)?));
         }
     }

@@ -10,10 +10,10 @@ use crate::profiler::Tracer;
 use crate::quality;
 use crate::report::{fmt, geomean, median, spread, Report, Table};
 use crate::runner::{self, Cmd, Timing};
-use crate::svg::BarChart;
 use crate::workloads::{self, Input, Workload, Workspace};
 use crate::Options;
 use anyhow::{bail, Context, Result};
+use breakdance_charts::BarChart;
 use std::path::{Path, PathBuf};
 
 /// Sampling period of the training runs: the fastest rate of `overhead`.

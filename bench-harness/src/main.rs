@@ -11,7 +11,6 @@ mod profiler;
 mod quality;
 mod report;
 mod runner;
-mod svg;
 mod verify;
 mod workloads;
 

@@ -6,10 +6,10 @@
 use crate::profiler::{Summary, Tracer};
 use crate::report::{fmt, geomean, median, spread, Report, Table};
 use crate::runner::{self, Cmd, Timing};
-use crate::svg::{BarChart, LineChart, Series};
 use crate::workloads::{self, Input, Workload, Workspace};
 use crate::Options;
 use anyhow::Result;
+use breakdance_charts::{BarChart, LineChart, Series};
 
 /// Task-clock periods (ns) of the full run: 1 ms to 30 ms, a 30× span.
 const PERIODS: [u64; 4] = [1_000_000, 3_000_000, 10_000_000, 30_000_000];
@@ -292,7 +292,9 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
             };
             let n = m.runs[ci].len().max(1) as f64;
             let profiled = m.runs[ci].iter().map(Timing::cpu_s).sum::<f64>() / n;
-            let handlers = [s.breakpoint_ns, s.decode_ns, s.sampling_ns].map(|x| x / n / 1e9);
+            let counts = &s.counters;
+            let handlers = [counts.breakpoint_ns, counts.decode_ns, counts.sampling_ns]
+                .map(|x| x as f64 / n / 1e9);
             // What the native run and the handlers do not explain. When
             // timing noise makes it negative (profiled < native + handlers,
             // as happens at long periods), it is not a cost of the kernel:
@@ -307,14 +309,14 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
             // Shares of the profiled CPU time: with the noise column they
             // add up to 100.
             let pct = |x: f64| 100.0 * x / profiled;
-            let per_bp = (profiled - native) / (s.breakpoints / n) * 1e6;
+            let per_bp = (profiled - native) / (counts.breakpoints as f64 / n) * 1e6;
             let mut row = vec![m.name.clone(), c.label(), fmt(profiled, 3), fmt(native, 3)];
             row.extend(parts.iter().map(|&x| fmt(pct(x), 2)));
             row.push(fmt(pct(noise), 2));
             row.extend([
-                fmt(s.samples / n, 0),
-                fmt(s.breakpoints / n, 0),
-                fmt(s.traces_completed / n, 0),
+                fmt(counts.samples as f64 / n, 0),
+                fmt(counts.breakpoints as f64 / n, 0),
+                fmt(counts.traces_completed as f64 / n, 0),
                 fmt(per_bp, 1),
             ]);
             t.push(row);
@@ -366,8 +368,8 @@ fn write_factors(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Resu
         }
         t.push(vec![
             m.name.clone(),
-            fmt(total.dynamically_evaluated, 0),
-            fmt(total.statically_resolved, 0),
+            fmt(total.counters.dynamically_evaluated as f64, 0),
+            fmt(total.counters.statically_resolved as f64, 0),
             fmt(total.taken_fraction(), 3),
             fmt(total.static_fraction(), 3),
             fmt(total.usefulness(), 3),

@@ -16,7 +16,6 @@ use crate::autofdo::{create_llvm_prof, exact_afdo, merge_afdo, profile_similarit
 use crate::profiler::Tracer;
 use crate::report::{fmt, Report, Table};
 use crate::runner::{self, Cmd};
-use crate::svg::{LineChart, Series};
 use crate::workloads::{self, Input, Workload, Workspace};
 use crate::Options;
 use anyhow::{Context, Result};
@@ -24,6 +23,7 @@ use bench_harness::callgrind::{self, ObjectProfile};
 use bench_harness::elf::{ElfModule, ModuleMap};
 use bench_harness::overlap::{instruction_weights, overlap, Range};
 use bench_harness::{perfscript, validate, Edge};
+use breakdance_charts::{LineChart, Series};
 use iced_x86::FlowControl;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

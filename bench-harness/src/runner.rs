@@ -218,17 +218,9 @@ pub fn tempfile_path(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("bench-harness.{}.{n}.{tag}", std::process::id()))
 }
 
-/// Finds an executable by name on PATH (or checks an absolute path).
+/// Finds an executable by name on PATH (or checks a path).
 pub fn find_tool(name: &str) -> Option<PathBuf> {
-    let p = Path::new(name);
-    if p.is_absolute() {
-        return p.is_file().then(|| p.to_path_buf());
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|c| c.is_file())
-    })
+    bench_harness::tools::find(name)
 }
 
 /// Like [`find_tool`], but an error naming the tool and the package to install.

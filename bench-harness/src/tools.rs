@@ -9,12 +9,10 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
-/// The full path of `name` found on `PATH`, if any.
+/// The full path of the executable `name` (searched on `PATH` unless it
+/// is a path itself), if there is one.
 pub fn find(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
+    which::which(name).ok()
 }
 
 /// The path of `name` for a test: `None` (after saying so on stderr) when it is

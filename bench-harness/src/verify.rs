@@ -1,5 +1,5 @@
 //! `verify`: the data-flow look-ahead checked on every workload. Each run
-//! records the training input with `--dataflow verify`, where the tracer
+//! records the training input with `--lookahead verify`, where the tracer
 //! still stops at every branch the model predicts and compares the
 //! prediction with what the CPU did; summary.json counts the predictions
 //! checked (`dataflow_verified`) and the disagreements
@@ -34,24 +34,20 @@ struct Counts {
 
 impl Counts {
     fn add_summary(&mut self, dir: &Path) -> Result<()> {
-        let path = dir.join("summary.json");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("profiled run wrote no {}", path.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not valid JSON", path.display()))?;
-        let get = |keys: &[&str]| -> Result<u64> {
-            keys.iter()
-                .try_fold(&v, |cur, k| cur.get(k))
-                .and_then(|x| x.as_u64())
-                .with_context(|| format!("{} has no count {}", path.display(), keys.join(".")))
-        };
-        self.traces += get(&["traces_started"])?;
-        self.breakpoints += get(&["breakpoints"])?;
-        self.verified += get(&["dataflow_verified"])?;
-        self.mismatches += get(&["dataflow_mismatches"])?;
-        self.mismatched_stops += get(&["dataflow_mismatched_stops"])?;
-        self.pc_mismatch += get(&["aborts", "pc_mismatch"])?;
-        self.sp_mismatch += get(&["aborts", "sp_mismatch"])?;
+        let summary = breakdance_protocol::Summary::load(dir)?.with_context(|| {
+            format!(
+                "profiled run wrote no {}",
+                dir.join("summary.json").display()
+            )
+        })?;
+        let c = &summary.counters;
+        self.traces += c.traces_started;
+        self.breakpoints += c.breakpoints;
+        self.verified += c.dataflow_verified;
+        self.mismatches += c.dataflow_mismatches;
+        self.mismatched_stops += c.dataflow_mismatched_stops;
+        self.pc_mismatch += c.aborts.pc_mismatch;
+        self.sp_mismatch += c.aborts.sp_mismatch;
         Ok(())
     }
 }
@@ -96,7 +92,7 @@ pub fn run(opts: &Options) -> Result<usize> {
             &w.command(Input::Train),
             PERIOD_NS,
             &out,
-            &["--dataflow", "verify"],
+            &["--lookahead", "verify"],
         );
         let mut counts = Counts::default();
         let mut done = 0;
@@ -135,7 +131,7 @@ pub fn run(opts: &Options) -> Result<usize> {
         &t,
     )?;
     rep.note(&format!(
-        "Training input, task-clock every {} ms, `--dataflow verify`: the tracer stops at \
+        "Training input, task-clock every {} ms, `--lookahead verify`: the tracer stops at \
          every branch the model predicts and checks the prediction there. \"mismatches\" counts \
          wrong targets (a model error) and predicted stops reached at another pc or stack \
          pointer (the stop itself went wrong, or the stack the model expected); \

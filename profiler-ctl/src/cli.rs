@@ -1,9 +1,9 @@
-//! Command-line parsing and option validation.
+//! The command line, declared with clap's derive. Values and defaults come
+//! from the protocol crate, so the help shows what the library does.
 //!
-//! Parsing is pure: it turns the argument list into a [`Command`] or a
-//! [`UsageError`]. Checks that touch the machine (creating the output
+//! Parsing is pure. Checks that touch the machine (creating the output
 //! directory, looking for a PMU) live in `trust::prepare_output_dir` and
-//! [`check_event_available`] so that `record` can run all of them before it
+//! [`check_event_available`] so that `record` runs all of them before it
 //! starts anything.
 
 use std::ffi::OsString;
@@ -11,24 +11,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::help::{MAIN_HELP, RECORD_HELP, START_HELP, STATUS_HELP, STOP_HELP};
-
-/// Largest trace length the library accepts.
-pub const MAX_LBR: u32 = 4096;
-/// Output directory when `-o` is not given (the library's default too).
-pub const DEFAULT_OUTPUT: &str = "breakdance-out";
-/// Sampling events the library accepts (`BREAKDANCE_EVENT`).
-pub const EVENTS: [&str; 5] = [
-    "task-clock",
-    "cpu-clock",
-    "branches",
-    "instructions",
-    "cycles",
-];
-/// Modes of the library's data-flow look-ahead (`BREAKDANCE_DATAFLOW`).
-pub const DATAFLOW_MODES: [&str; 4] = ["on", "off", "verify", "emulate"];
-/// How long start/stop/status wait for the answer by default.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+use breakdance_protocol::{
+    Event, Lookahead, SessionOptions, StopOptions, DEFAULT_BRANCH_PERIOD,
+    DEFAULT_CLOCK_PERIOD_NS, DEFAULT_LBR, DEFAULT_OUTPUT, DEFAULT_TIMEOUT_SECS, MAX_LBR,
+};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{value_parser, Args, Parser, Subcommand, ValueEnum};
 
 /// A mistake in the command line: printed as one line, exit status 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,429 +30,361 @@ impl fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-fn usage<T>(message: impl Into<String>) -> Result<T, UsageError> {
-    Err(UsageError(message.into()))
+const ABOUT: &str = "control the breakdance software branch tracer (libbreakdance.so)";
+
+const LONG_ABOUT: &str = "\
+control the breakdance software branch tracer (libbreakdance.so)
+
+A program runs under the tracer when libbreakdance.so is in its LD_PRELOAD;
+`record` sets that up. start/stop/status talk to a running program through its
+control socket: BREAKDANCE_SOCKET if the program has it, else
+breakdance.<PID>.sock in $XDG_RUNTIME_DIR, else in $TMPDIR/breakdance-<UID>
+(/tmp/breakdance-<UID>), a directory only that user can enter. They answer
+only a socket served by the program asked about (--pid) or by a program of
+your own user (--socket). check and report read a recording afterwards.";
+
+const OUTPUTS: &str = "\
+Outputs (in the output directory, written when a session stops):
+  perf.script      branch traces in `perf script -F ip,brstack` form, for
+                   llvm-profgen --perfscript
+  NAME.afdo.txt    per module, for create_llvm_prof --profiler=text
+  NAME.bolt.fdata  per module, for llvm-bolt -pa
+  NAME.prof        per module with debug info, with --profgen: the
+                   llvm-profgen profile for clang -fprofile-sample-use
+  summary.json     counters of the session";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "profiler-ctl",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_long_help = OUTPUTS,
+    propagate_version = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
 }
 
-/// How often the sampling event fires: every N events, or N times a second.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rate {
-    Period(u64),
-    Freq(u64),
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command with branch tracing on from start to exit
+    ///
+    /// CMD runs with LD_PRELOAD=libbreakdance.so (added after any LD_PRELOAD
+    /// already set) and BREAKDANCE_AUTOSTART=1. Its stdin, stdout and stderr
+    /// are its own. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
+    /// SIGWINCH and SIGCONT are passed on to it; before a terminating one
+    /// (INT, TERM, HUP, QUIT) the profile is asked to be written. The exit
+    /// status is CMD's (killed by a signal: the same signal); 2 for a bad
+    /// option (CMD is not run); 126/127 when CMD cannot be run. Child
+    /// processes that CMD starts are profiled too, each into
+    /// OUTPUT/<comm>.<pid>/. Afterwards a summary and the findings of
+    /// `check` on CMD are printed to stderr.
+    Record(RecordArgs),
+    /// Start a tracing session in a running program
+    ///
+    /// The program must run with LD_PRELOAD=libbreakdance.so.
+    Start(StartArgs),
+    /// End the tracing session of a running program
+    ///
+    /// The program writes its outputs into its output directory; stop prints
+    /// where they are and a short summary. If writing fails, the program
+    /// keeps the data and a later stop tries again.
+    Stop(StopArgs),
+    /// Show the state and live counters of a running program
+    Status(TargetArgs),
+    /// Say why a binary's profile would be empty or weak, and how to fix it
+    ///
+    /// Checks BINARY for what AutoFDO needs (debug info, discriminators,
+    /// DWARF 4 for create_llvm_prof) and, given the output directory DIR of
+    /// a recording, that DIR was recorded from this very build and holds
+    /// enough samples. One line per finding: the cause, then the flag or
+    /// command that fixes it. Exit status 1 when there is a finding.
+    Check(CheckArgs),
+    /// Show where the time and the taken branches of a recording went
+    ///
+    /// Like `perf report` for branch stacks: the hottest functions by
+    /// instructions covered and by taken branches, the hottest taken edges,
+    /// and per module what was recorded and what was lost, symbolised from
+    /// the modules' symbol tables and DWARF.
+    Report(ReportArgs),
+    /// Print a shell completion script
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
-/// Session settings shared by `start` and `record`; `None` leaves the
-/// library's default in force.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SessionOptions {
-    pub event: Option<String>,
-    pub rate: Option<Rate>,
+/// Session settings shared by `start` and `record`; unset ones are left
+/// to the library's defaults.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SessionArgs {
+    #[arg(
+        short,
+        long,
+        value_enum,
+        value_name = "EVENT",
+        help = "sampling event [default: branches where the CPU has a PMU, task-clock where it does not]"
+    )]
+    pub event: Option<Event>,
+    #[arg(
+        short = 'c',
+        long,
+        value_name = "N",
+        value_parser = value_parser!(u64).range(1..),
+        conflicts_with = "freq",
+        help = format!(
+            "sample every N events: ns of CPU time for the clock events \
+             [default: {DEFAULT_CLOCK_PERIOD_NS}], branches etc. for the hardware \
+             ones [default: {DEFAULT_BRANCH_PERIOD}]"
+        )
+    )]
+    pub period: Option<u64>,
+    #[arg(
+        short = 'F',
+        long,
+        value_name = "HZ",
+        value_parser = value_parser!(u64).range(1..),
+        help = "sample HZ times a second instead"
+    )]
+    pub freq: Option<u64>,
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = value_parser!(u32).range(1..=i64::from(MAX_LBR)),
+        help = format!("taken branches per trace, 1..={MAX_LBR} [default: {DEFAULT_LBR}]")
+    )]
     pub lbr: Option<u32>,
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        help = format!(
+            "how branches are found past the sample: paper (a breakpoint on every \
+             branch that needs the CPU state), dataflow (the emulator resolves what \
+             no other thread can change, breakpoints for the rest), emulate (whole \
+             trace emulated ahead, proved at one checkpoint), verify (paper, checking \
+             every emulated prediction) [default: {}]",
+            Lookahead::default()
+        )
+    )]
+    pub lookahead: Option<Lookahead>,
+    #[arg(
+        short,
+        long,
+        value_name = "DIR",
+        value_parser = non_empty_path,
+        help = format!(
+            "output directory, created mode 0700 if missing; one that belongs to another \
+             user is refused [default: {DEFAULT_OUTPUT}]"
+        )
+    )]
     pub output: Option<PathBuf>,
-    pub dataflow: Option<&'static str>,
-    /// Write into an output directory that belongs to another user.
+    /// Write into an output directory of another user
+    #[arg(long)]
     pub force_dir: bool,
 }
 
-/// Which control socket to talk to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub socket: PathBuf,
-    /// With `--pid`: the process that must be serving `socket`.
-    pub pid: Option<u32>,
-    pub timeout: Duration,
+impl SessionArgs {
+    pub fn options(&self) -> SessionOptions {
+        SessionOptions {
+            event: self.event,
+            period: self.period,
+            freq: self.freq,
+            lbr: self.lbr,
+            output: self.output.clone(),
+            lookahead: self.lookahead,
+            force_dir: self.force_dir,
+        }
+    }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+fn non_empty_path(value: &str) -> Result<PathBuf, String> {
+    if value.is_empty() {
+        Err("the output directory is empty".to_string())
+    } else {
+        Ok(PathBuf::from(value))
+    }
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct RecordArgs {
-    pub session: SessionOptions,
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// libbreakdance.so to use [default: $BREAKDANCE_LIB, else the one next
+    /// to the profiler-ctl executable]
+    #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
+    /// Print no summary and no findings
+    #[arg(short, long)]
     pub quiet: bool,
+    /// Also write NAME.prof with llvm-profgen-19 for every module with
+    /// samples and debug info
+    #[arg(long)]
+    pub profgen: bool,
+    /// The command to run, and its arguments
+    #[arg(value_name = "CMD", required = true, trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    /// Print this text to stdout and exit 0.
-    Help(&'static str),
-    Version,
-    Start(Target, SessionOptions),
-    /// Only `output` and `force_dir` are set: where to write instead.
-    Stop(Target, SessionOptions),
-    Status(Target),
-    Record(RecordArgs),
+/// Which running program to talk to.
+#[derive(Debug, Clone, Args)]
+#[group(required = true, multiple = false)]
+pub struct Which {
+    /// Talk to the control socket of process PID
+    #[arg(short, long, value_name = "PID", value_parser = value_parser!(u32).range(1..))]
+    pub pid: Option<u32>,
+    /// Talk to this control socket
+    #[arg(short, long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
 }
 
-/// Parses the arguments after the program name.
-pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
-    let Some(first) = args.first() else {
-        return Ok(Command::Help(MAIN_HELP));
-    };
-    let rest = &args[1..];
-    match first.to_str() {
-        Some("-h" | "--help") => Ok(Command::Help(MAIN_HELP)),
-        Some("help") => match rest.first().and_then(|s| s.to_str()) {
-            None => Ok(Command::Help(MAIN_HELP)),
-            Some(name) => subcommand_help(name)
-                .map(Command::Help)
-                .ok_or_else(|| UsageError(format!("help: unknown subcommand '{name}'"))),
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    #[command(flatten)]
+    pub which: Which,
+    /// How long to wait for the answer, in seconds
+    #[arg(
+        short,
+        long,
+        value_name = "SECS",
+        default_value_t = DEFAULT_TIMEOUT_SECS,
+        value_parser = value_parser!(u64).range(1..)
+    )]
+    pub timeout: u64,
+}
+
+impl TargetArgs {
+    pub fn socket(&self) -> PathBuf {
+        match (&self.which.socket, self.which.pid) {
+            (Some(path), _) => path.clone(),
+            (None, Some(pid)) => crate::client::default_socket(pid),
+            (None, None) => unreachable!("clap requires --pid or --socket"),
+        }
+    }
+
+    /// Who must be serving the socket: the process asked about, or with
+    /// `--socket` any process of ours.
+    pub fn peer(&self) -> crate::client::Peer {
+        self.which
+            .pid
+            .map_or(crate::client::Peer::SameUser, crate::client::Peer::Pid)
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StartArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub session: SessionArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StopArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Write into DIR instead of the session's directory
+    #[arg(short, long, value_name = "DIR", value_parser = non_empty_path)]
+    pub output: Option<PathBuf>,
+    /// Even if DIR belongs to another user
+    #[arg(long, requires = "output")]
+    pub force_dir: bool,
+    /// Also write NAME.prof with llvm-profgen-19 for every module with
+    /// samples and debug info
+    #[arg(long)]
+    pub profgen: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// The binary to check (an executable or a shared library)
+    #[arg(value_name = "BINARY")]
+    pub binary: PathBuf,
+    /// The output directory of a recording of BINARY
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// The output directory of a recording
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Output for people or for scripts
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Rows in each table
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = value_parser!(u64).range(1..))]
+    pub top: u64,
+    /// Also draw the hottest paths as a flame-style SVG into FILE
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+}
+
+impl StopArgs {
+    pub fn options(&self) -> StopOptions {
+        StopOptions {
+            output: self.output.clone(),
+            force_dir: self.force_dir,
+        }
+    }
+}
+
+/// What `parse` decided.
+pub enum Parsed {
+    Run(Cli),
+    /// Help or version text, to print to stdout and exit 0.
+    Print(String),
+}
+
+/// Parses the whole argument list (program name first). A mistake becomes
+/// one line naming the option, as every error of profiler-ctl is.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, UsageError> {
+    match Cli::try_parse_from(args) {
+        Ok(cli) => Ok(Parsed::Run(cli)),
+        Err(e) => match e.kind() {
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                Ok(Parsed::Print(e.render().to_string()))
+            }
+            _ => Err(one_line(&e)),
         },
-        Some("-V" | "--version") => Ok(Command::Version),
-        Some("record") => parse_record(rest),
-        Some("start") => parse_control("start", rest),
-        Some("stop") => parse_control("stop", rest),
-        Some("status") => parse_control("status", rest),
-        _ => usage(format!(
-            "unknown subcommand '{}' (expected record, start, stop or status; see --help)",
-            first.to_string_lossy()
-        )),
     }
 }
 
-fn subcommand_help(name: &str) -> Option<&'static str> {
-    match name {
-        "record" => Some(RECORD_HELP),
-        "start" => Some(START_HELP),
-        "stop" => Some(STOP_HELP),
-        "status" => Some(STATUS_HELP),
-        _ => None,
+/// clap's message without its decorations, plus the accepted values when
+/// clap lists them on a line of their own.
+fn one_line(e: &clap::Error) -> UsageError {
+    let rendered = e.render().to_string();
+    let mut lines = rendered.lines();
+    let first = lines.next().unwrap_or("bad command line");
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    if line.ends_with(':') {
+        // A list follows on lines of its own, up to a blank line.
+        let items: Vec<&str> = lines
+            .take_while(|l| !l.trim().is_empty())
+            .map(str::trim)
+            .collect();
+        line = format!("{line} {}", items.join(", "));
     }
-}
-
-/// Walks options of the forms `-x V`, `-xV`, `--long V` and `--long=V`.
-struct Options<'a> {
-    args: &'a [OsString],
-    next: usize,
-}
-
-/// One option as written, with its inline value if it had one.
-struct Flag<'a> {
-    name: &'a str,
-    inline: Option<&'a str>,
-}
-
-impl<'a> Options<'a> {
-    fn new(args: &'a [OsString]) -> Self {
-        Options { args, next: 0 }
+    if let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue) {
+        line.push_str(&format!(" (known: {})", valid.join(", ")));
     }
-
-    /// The next argument if it looks like an option, else `None` (leaving it).
-    fn flag(&mut self) -> Result<Option<Flag<'a>>, UsageError> {
-        let Some(arg) = self.args.get(self.next) else {
-            return Ok(None);
-        };
-        let text = match arg.to_str() {
-            Some(t) if t.starts_with('-') && t != "-" => t,
-            _ => return Ok(None),
-        };
-        self.next += 1;
-        if let Some(long) = text.strip_prefix("--") {
-            if long.is_empty() {
-                return Ok(Some(Flag {
-                    name: "--",
-                    inline: None,
-                }));
-            }
-            return Ok(Some(match long.find('=') {
-                Some(eq) => Flag {
-                    name: &text[..eq + 2],
-                    inline: Some(&long[eq + 1..]),
-                },
-                None => Flag {
-                    name: text,
-                    inline: None,
-                },
-            }));
-        }
-        // A short flag: `-c100` carries its value inline.
-        let split = text.char_indices().nth(2).map_or(text.len(), |(i, _)| i);
-        let (name, tail) = text.split_at(split);
-        Ok(Some(Flag {
-            name,
-            inline: (!tail.is_empty()).then_some(tail),
-        }))
-    }
-
-    fn value(&mut self, flag: &Flag<'a>) -> Result<&'a str, UsageError> {
-        if let Some(v) = flag.inline {
-            return Ok(v);
-        }
-        let Some(v) = self.args.get(self.next) else {
-            return usage(format!("{} needs a value", flag.name));
-        };
-        self.next += 1;
-        v.to_str()
-            .ok_or_else(|| UsageError(format!("{}: value is not valid UTF-8", flag.name)))
-    }
-
-    fn os_value(&mut self, flag: &Flag<'a>) -> Result<OsString, UsageError> {
-        if let Some(v) = flag.inline {
-            return Ok(v.into());
-        }
-        let Some(v) = self.args.get(self.next) else {
-            return usage(format!("{} needs a value", flag.name));
-        };
-        self.next += 1;
-        Ok(v.clone())
-    }
-
-    fn no_value(flag: &Flag<'a>) -> Result<(), UsageError> {
-        match flag.inline {
-            Some(_) => usage(format!("{} takes no value", flag.name)),
-            None => Ok(()),
-        }
-    }
-
-    fn remaining(&self) -> &'a [OsString] {
-        &self.args[self.next..]
-    }
-}
-
-/// Applies a session option; `Ok(false)` when `flag` is not one.
-fn session_flag<'a>(
-    opts: &mut Options<'a>,
-    flag: &Flag<'a>,
-    session: &mut SessionOptions,
-) -> Result<bool, UsageError> {
-    match flag.name {
-        "-e" | "--event" => session.event = Some(parse_event(flag.name, opts.value(flag)?)?),
-        "-c" | "--period" => {
-            let n = parse_positive(flag.name, opts.value(flag)?)?;
-            set_rate(session, Rate::Period(n), flag.name)?;
-        }
-        "-F" | "--freq" => {
-            let n = parse_positive(flag.name, opts.value(flag)?)?;
-            set_rate(session, Rate::Freq(n), flag.name)?;
-        }
-        "--lbr" => session.lbr = Some(parse_lbr(flag.name, opts.value(flag)?)?),
-        "--dataflow" => session.dataflow = Some(parse_dataflow(flag.name, opts.value(flag)?)?),
-        "-o" | "--output" => {
-            let dir = opts.os_value(flag)?;
-            if dir.is_empty() {
-                return usage(format!("{}: the output directory is empty", flag.name));
-            }
-            session.output = Some(PathBuf::from(dir));
-        }
-        "--force-dir" => {
-            Options::no_value(flag)?;
-            session.force_dir = true;
-        }
-        _ => return Ok(false),
-    }
-    Ok(true)
-}
-
-fn set_rate(session: &mut SessionOptions, rate: Rate, name: &str) -> Result<(), UsageError> {
-    match (session.rate, rate) {
-        (Some(Rate::Period(_)), Rate::Freq(_)) | (Some(Rate::Freq(_)), Rate::Period(_)) => usage(
-            format!("{name}: give either -c/--period or -F/--freq, not both"),
-        ),
-        _ => {
-            session.rate = Some(rate);
-            Ok(())
-        }
-    }
-}
-
-/// Checks an event name against the list the library accepts.
-pub fn parse_event(option: &str, value: &str) -> Result<String, UsageError> {
-    if EVENTS.contains(&value) {
-        Ok(value.to_owned())
-    } else {
-        usage(format!(
-            "{option}: unknown event '{value}' (known: {})",
-            EVENTS.join(", ")
-        ))
-    }
-}
-
-/// A data-flow look-ahead mode: on, off or verify.
-pub fn parse_dataflow(option: &str, value: &str) -> Result<&'static str, UsageError> {
-    DATAFLOW_MODES
-        .iter()
-        .find(|m| **m == value)
-        .copied()
-        .ok_or_else(|| UsageError(format!("{option}: '{value}' is not one of on, off, verify")))
-}
-
-/// A period or frequency: a whole number above zero.
-pub fn parse_positive(option: &str, value: &str) -> Result<u64, UsageError> {
-    match value.parse::<u64>() {
-        Ok(0) => usage(format!("{option}: must be greater than 0")),
-        Ok(n) => Ok(n),
-        Err(_) => usage(format!("{option}: '{value}' is not a whole number")),
-    }
-}
-
-/// The trace length: 1..=[`MAX_LBR`].
-pub fn parse_lbr(option: &str, value: &str) -> Result<u32, UsageError> {
-    match value.parse::<u64>() {
-        Ok(n) if (1..=u64::from(MAX_LBR)).contains(&n) => Ok(n as u32),
-        Ok(n) => usage(format!("{option}: {n} is outside 1..={MAX_LBR}")),
-        Err(_) => usage(format!("{option}: '{value}' is not a whole number")),
-    }
-}
-
-fn parse_record(args: &[OsString]) -> Result<Command, UsageError> {
-    let mut opts = Options::new(args);
-    let mut record = RecordArgs {
-        session: SessionOptions::default(),
-        lib: None,
-        quiet: false,
-        command: Vec::new(),
-    };
-    while let Some(flag) = opts.flag()? {
-        if session_flag(&mut opts, &flag, &mut record.session)? {
-            continue;
-        }
-        match flag.name {
-            "--" => break,
-            "-h" | "--help" => return Ok(Command::Help(RECORD_HELP)),
-            "-q" | "--quiet" => {
-                Options::no_value(&flag)?;
-                record.quiet = true;
-            }
-            "--lib" => record.lib = Some(PathBuf::from(opts.os_value(&flag)?)),
-            other => {
-                return usage(format!(
-                    "record: unknown option '{other}' (see record --help)"
-                ))
-            }
-        }
-    }
-    record.command = opts.remaining().to_vec();
-    if record.command.is_empty() {
-        return usage(
-            "record: no command given (usage: profiler-ctl record [OPTIONS] -- CMD [ARGS...])",
-        );
-    }
-    Ok(Command::Record(record))
-}
-
-fn parse_control(name: &'static str, args: &[OsString]) -> Result<Command, UsageError> {
-    let help = subcommand_help(name).expect("control subcommands have help");
-    let mut opts = Options::new(args);
-    let mut socket: Option<PathBuf> = None;
-    let mut pid_asked = None;
-    let mut timeout = DEFAULT_TIMEOUT;
-    let mut session = SessionOptions::default();
-    while let Some(flag) = opts.flag()? {
-        let stop_flag = matches!(flag.name, "-o" | "--output" | "--force-dir");
-        if (name == "start" || name == "stop" && stop_flag)
-            && session_flag(&mut opts, &flag, &mut session)?
-        {
-            continue;
-        }
-        match flag.name {
-            "-h" | "--help" => return Ok(Command::Help(help)),
-            "-p" | "--pid" => {
-                let value = opts.value(&flag)?;
-                let pid = value
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|&p| p > 0)
-                    .ok_or_else(|| {
-                        UsageError(format!("{}: '{value}' is not a process id", flag.name))
-                    })?;
-                if socket.is_some() {
-                    return usage(format!(
-                        "{}: give either --pid or --socket, once",
-                        flag.name
-                    ));
-                }
-                socket = Some(crate::client::default_socket(pid));
-                pid_asked = Some(pid);
-            }
-            "-s" | "--socket" => {
-                if socket.is_some() {
-                    return usage(format!(
-                        "{}: give either --pid or --socket, once",
-                        flag.name
-                    ));
-                }
-                socket = Some(PathBuf::from(opts.os_value(&flag)?));
-            }
-            "-t" | "--timeout" => {
-                timeout = Duration::from_secs(parse_positive(flag.name, opts.value(&flag)?)?);
-            }
-            other => {
-                return usage(format!(
-                    "{name}: unknown option '{other}' (see {name} --help)"
-                ))
-            }
-        }
-    }
-    if let Some(extra) = opts.remaining().first() {
-        return usage(format!(
-            "{name}: unexpected argument '{}'",
-            extra.to_string_lossy()
-        ));
-    }
-    let Some(socket) = socket else {
-        return usage(format!(
-            "{name}: say which program: --pid PID or --socket PATH"
-        ));
-    };
-    let target = Target {
-        socket,
-        pid: pid_asked,
-        timeout,
-    };
-    Ok(match name {
-        "start" => Command::Start(target, session),
-        "stop" => Command::Stop(target, session),
-        _ => Command::Status(target),
-    })
-}
-
-/// The `start` request line for the control protocol.
-///
-/// Values are separated by spaces in the protocol, so an output path with
-/// whitespace (or one that is not UTF-8) cannot be sent and is refused.
-pub fn start_request(session: &SessionOptions) -> Result<String, UsageError> {
-    let mut line = String::from("start");
-    if let Some(event) = &session.event {
-        line.push_str(&format!(" event={event}"));
-    }
-    match session.rate {
-        Some(Rate::Period(n)) => line.push_str(&format!(" period={n}")),
-        Some(Rate::Freq(n)) => line.push_str(&format!(" freq={n}")),
-        None => {}
-    }
-    if let Some(lbr) = session.lbr {
-        line.push_str(&format!(" lbr={lbr}"));
-    }
-    if let Some(mode) = session.dataflow {
-        line.push_str(&format!(" dataflow={mode}"));
-    }
-    push_output(&mut line, session)?;
-    Ok(line)
-}
-
-/// The `stop` request line: `stop`, with `out=DIR` to write elsewhere.
-pub fn stop_request(session: &SessionOptions) -> Result<String, UsageError> {
-    let mut line = String::from("stop");
-    push_output(&mut line, session)?;
-    Ok(line)
-}
-
-/// Adds ` out=DIR` and ` force_dir=1` as given.
-fn push_output(line: &mut String, session: &SessionOptions) -> Result<(), UsageError> {
-    if let Some(dir) = &session.output {
-        let text = dir
-            .to_str()
-            .ok_or_else(|| UsageError(format!("-o: '{}' is not valid UTF-8", dir.display())))?;
-        if text.chars().any(char::is_whitespace) {
-            return usage(format!(
-                "-o: '{text}' contains whitespace, which the control protocol cannot carry"
-            ));
-        }
-        line.push_str(&format!(" out={text}"));
-    }
-    if session.force_dir {
-        line.push_str(" force_dir=1");
-    }
-    Ok(())
+    UsageError(line)
 }
 
 /// Whether this machine exposes a CPU PMU to perf (hardware events work).
@@ -477,13 +397,12 @@ pub fn machine_has_pmu() -> bool {
 }
 
 /// Refuses hardware events where the CPU has no PMU, naming the option.
-pub fn check_event_available(event: &str, has_pmu: bool) -> Result<(), UsageError> {
-    let hardware = matches!(event, "branches" | "instructions" | "cycles");
-    if hardware && !has_pmu {
-        return usage(format!(
-            "-e: '{event}' is a hardware event and this machine has no PMU \
+pub fn check_event_available(event: Event, has_pmu: bool) -> Result<(), UsageError> {
+    if event.is_hardware() && !has_pmu {
+        return Err(UsageError(format!(
+            "--event: '{event}' is a hardware event and this machine has no PMU \
              (/sys/bus/event_source/devices/cpu is missing); use -e task-clock"
-        ));
+        )));
     }
     Ok(())
 }
@@ -492,21 +411,32 @@ pub fn check_event_available(event: &str, has_pmu: bool) -> Result<(), UsageErro
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
+    fn parsed(list: &[&str]) -> Result<Cli, String> {
+        let args = std::iter::once("profiler-ctl")
+            .chain(list.iter().copied())
+            .map(OsString::from);
+        match parse(args) {
+            Ok(Parsed::Run(cli)) => Ok(cli),
+            Ok(Parsed::Print(text)) => Err(format!("printed: {text}")),
+            Err(e) => Err(e.0),
+        }
     }
 
-    fn record(list: &[&str]) -> Result<RecordArgs, UsageError> {
+    fn record(list: &[&str]) -> RecordArgs {
         let mut full = vec!["record"];
         full.extend_from_slice(list);
-        match parse(&args(&full))? {
-            Command::Record(r) => Ok(r),
+        match parsed(&full).unwrap().command {
+            Command::Record(r) => r,
             other => panic!("expected record, got {other:?}"),
         }
     }
 
     fn error(list: &[&str]) -> String {
-        parse(&args(list)).expect_err("should be refused").0
+        parsed(list).expect_err("should be refused")
+    }
+
+    fn os(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
     }
 
     #[test]
@@ -521,149 +451,99 @@ mod tests {
             "--lib",
             "/l.so",
             "-q",
+            "--profgen",
             "--",
             "cmd",
             "-x",
-        ])
-        .unwrap();
-        assert_eq!(r.session.event.as_deref(), Some("cpu-clock"));
-        assert_eq!(r.session.rate, Some(Rate::Period(100000)));
-        assert_eq!(r.session.lbr, Some(64));
-        assert_eq!(r.session.output, Some(PathBuf::from("out")));
+        ]);
+        let o = r.session.options();
+        assert_eq!(o.event, Some(Event::CpuClock));
+        assert_eq!((o.period, o.lbr), (Some(100000), Some(64)));
+        assert_eq!(o.output, Some(PathBuf::from("out")));
         assert_eq!(r.lib, Some(PathBuf::from("/l.so")));
-        assert!(r.quiet);
-        assert_eq!(r.command, args(&["cmd", "-x"]));
+        assert!(r.quiet && r.profgen);
+        assert_eq!(r.command, os(&["cmd", "-x"]));
     }
 
     #[test]
     fn record_command_may_follow_without_double_dash() {
-        let r = record(&["-F", "999", "ls", "-l", "--", "x"]).unwrap();
-        assert_eq!(r.session.rate, Some(Rate::Freq(999)));
-        assert_eq!(r.command, args(&["ls", "-l", "--", "x"]));
+        let r = record(&["-F", "999", "ls", "-l", "--", "x"]);
+        assert_eq!(r.session.freq, Some(999));
+        assert_eq!(r.command, os(&["ls", "-l", "--", "x"]));
     }
 
     #[test]
     fn defaults_are_left_to_the_library() {
-        let r = record(&["--", "true"]).unwrap();
-        assert_eq!(r.session, SessionOptions::default());
-        assert!(!r.quiet);
+        let r = record(&["--", "true"]);
+        assert_eq!(r.session.options(), SessionOptions::default());
+        assert!(!r.quiet && !r.profgen);
     }
 
     #[test]
-    fn zero_period_and_frequency_are_refused() {
-        assert_eq!(
-            error(&["record", "-c", "0", "--", "true"]),
-            "-c: must be greater than 0"
-        );
-        assert_eq!(
-            error(&["record", "--freq=0", "--", "true"]),
-            "--freq: must be greater than 0"
-        );
-        assert!(error(&["record", "-c", "ten", "--", "true"]).starts_with("-c: 'ten' is not"));
+    fn bad_values_are_refused_naming_the_option() {
+        for (args, expected) in [
+            (&["-c", "0"][..], "invalid value '0' for '--period <N>': 0 is not in 1.."),
+            (&["--freq=0"], "invalid value '0' for '--freq <HZ>'"),
+            (&["-c", "ten"], "invalid value 'ten' for '--period <N>'"),
+            (&["--lbr", "4097"], "invalid value '4097' for '--lbr <N>': 4097 is not in 1..=4096"),
+            (&["--lbr", "0"], "invalid value '0' for '--lbr <N>'"),
+            (&["-c", "10", "-F", "100"], "the argument '--period <N>' cannot be used with '--freq <HZ>'"),
+            (
+                &["-e", "cache-misses"],
+                "invalid value 'cache-misses' for '--event <EVENT>' (known: task-clock, cpu-clock, branches, instructions, cycles)",
+            ),
+            (
+                &["--lookahead", "maybe"],
+                "invalid value 'maybe' for '--lookahead <MODE>' (known: paper, dataflow, verify, emulate)",
+            ),
+            (&["-o", ""], "invalid value '' for '--output <DIR>': the output directory is empty"),
+            (&["--quiet=yes"], "unexpected value 'yes' for '--quiet'"),
+        ] {
+            let mut full = vec!["record"];
+            full.extend_from_slice(args);
+            full.push("true");
+            let e = error(&full);
+            assert!(e.starts_with(expected), "{args:?}: {e}");
+        }
+        assert!(error(&["record", "-q"]).contains("<CMD>"));
+        assert!(error(&["frobnicate"]).starts_with("unrecognized subcommand 'frobnicate'"));
     }
 
     #[test]
-    fn period_and_frequency_together_are_refused() {
-        let e = error(&["record", "-c", "10", "-F", "100", "--", "true"]);
-        assert!(
-            e.starts_with("-F: give either -c/--period or -F/--freq"),
-            "{e}"
-        );
-        let e = error(&["record", "-F", "100", "--period", "10", "--", "true"]);
-        assert!(e.starts_with("--period: give either"), "{e}");
-    }
-
-    #[test]
-    fn trace_length_is_bounded() {
-        assert_eq!(
-            record(&["--lbr", "1", "true"]).unwrap().session.lbr,
-            Some(1)
-        );
-        assert_eq!(
-            record(&["--lbr", "4096", "true"]).unwrap().session.lbr,
-            Some(4096)
-        );
-        assert_eq!(
-            error(&["record", "--lbr", "0", "true"]),
-            "--lbr: 0 is outside 1..=4096"
-        );
-        assert_eq!(
-            error(&["record", "--lbr", "4097", "true"]),
-            "--lbr: 4097 is outside 1..=4096"
-        );
-        assert_eq!(
-            error(&["record", "--lbr", "-3", "true"]),
-            "--lbr: '-3' is not a whole number"
-        );
-    }
-
-    #[test]
-    fn unknown_event_is_refused_with_the_known_list() {
-        let e = error(&["record", "-e", "cache-misses", "true"]);
-        assert_eq!(
-            e,
-            "-e: unknown event 'cache-misses' (known: task-clock, cpu-clock, branches, instructions, cycles)"
-        );
-    }
-
-    #[test]
-    fn dataflow_modes_are_checked() {
-        assert_eq!(
-            record(&["--dataflow", "off", "true"])
-                .unwrap()
-                .session
-                .dataflow,
-            Some("off")
-        );
-        assert_eq!(
-            error(&["record", "--dataflow", "maybe", "true"]),
-            "--dataflow: 'maybe' is not one of on, off, verify"
-        );
+    fn event_aliases_and_modes_parse() {
+        let r = record(&["-e", "cpu-cycles", "--lookahead", "verify", "true"]);
+        assert_eq!(r.session.event, Some(Event::Cycles));
+        assert_eq!(r.session.lookahead, Some(Lookahead::Verify));
     }
 
     #[test]
     fn hardware_events_need_a_pmu() {
-        assert!(check_event_available("task-clock", false).is_ok());
-        assert!(check_event_available("branches", true).is_ok());
-        let e = check_event_available("branches", false).unwrap_err().0;
-        assert!(e.starts_with("-e: 'branches' is a hardware event"), "{e}");
-    }
-
-    #[test]
-    fn missing_values_and_commands_are_named() {
-        assert_eq!(error(&["record", "-o"]), "-o needs a value");
-        assert!(error(&["record", "-q"]).starts_with("record: no command given"));
-        assert_eq!(
-            error(&["record", "--quiet=yes", "true"]),
-            "--quiet takes no value"
-        );
+        assert!(check_event_available(Event::TaskClock, false).is_ok());
+        assert!(check_event_available(Event::Branches, true).is_ok());
+        let e = check_event_available(Event::Branches, false).unwrap_err().0;
         assert!(
-            error(&["record", "--bogus", "true"]).starts_with("record: unknown option '--bogus'")
+            e.starts_with("--event: 'branches' is a hardware event"),
+            "{e}"
         );
-        assert!(error(&["frobnicate"]).starts_with("unknown subcommand 'frobnicate'"));
     }
 
     #[test]
-    fn control_commands_need_a_target() {
-        assert!(error(&["stop"]).starts_with("stop: say which program"));
-        assert!(error(&["status", "--pid", "x"]).starts_with("--pid: 'x' is not a process id"));
-        assert!(
-            error(&["stop", "--pid", "1", "--socket", "/s"]).starts_with("--socket: give either")
-        );
-        assert!(error(&["stop", "--pid", "1", "-c", "5"]).starts_with("stop: unknown option '-c'"));
-        match parse(&args(&["status", "-p", "42"])).unwrap() {
-            Command::Status(t) => {
-                assert_eq!(t.socket, crate::client::default_socket(42));
-                assert_eq!(t.pid, Some(42));
-                assert_eq!(t.timeout, DEFAULT_TIMEOUT);
-            }
-            other => panic!("{other:?}"),
-        }
+    fn control_commands_need_one_target() {
+        assert!(error(&["stop"]).contains("--pid <PID>|--socket <PATH>"));
+        assert!(error(&["status", "--pid", "x"]).starts_with("invalid value 'x' for '--pid <PID>'"));
+        assert!(error(&["stop", "--pid", "1", "--socket", "/s"]).contains("cannot be used with"));
+        assert!(error(&["stop", "--pid", "1", "-c", "5"]).starts_with("unexpected argument '-c'"));
+        let Command::Status(t) = parsed(&["status", "-p", "42"]).unwrap().command else {
+            panic!("expected status")
+        };
+        assert_eq!(t.socket(), crate::client::default_socket(42));
+        assert_eq!(t.peer(), crate::client::Peer::Pid(42));
+        assert_eq!(t.timeout(), Duration::from_secs(DEFAULT_TIMEOUT_SECS));
     }
 
     #[test]
-    fn start_builds_the_protocol_line() {
-        let cmd = parse(&args(&[
+    fn start_builds_the_request() {
+        let cli = parsed(&[
             "start",
             "--socket",
             "/s",
@@ -673,63 +553,72 @@ mod tests {
             "4000",
             "--lbr",
             "16",
-            "--dataflow=verify",
+            "--lookahead=verify",
             "-o",
             "/d",
-        ]))
+        ])
         .unwrap();
-        let Command::Start(target, session) = cmd else {
+        let Command::Start(start) = cli.command else {
             panic!("expected start")
         };
-        assert_eq!(target.socket, PathBuf::from("/s"));
-        assert_eq!(target.pid, None);
+        assert_eq!(start.target.socket(), PathBuf::from("/s"));
+        let request = breakdance_protocol::Request::Start(start.session.options());
         assert_eq!(
-            start_request(&session).unwrap(),
-            "start event=task-clock freq=4000 lbr=16 dataflow=verify out=/d"
+            request.to_line().unwrap(),
+            "start event=task-clock freq=4000 lbr=16 lookahead=verify out=/d"
         );
-        assert_eq!(start_request(&SessionOptions::default()).unwrap(), "start");
-        let spaced = SessionOptions {
-            output: Some("/a b".into()),
-            ..Default::default()
-        };
-        assert!(start_request(&spaced)
-            .unwrap_err()
-            .0
-            .starts_with("-o: '/a b' contains whitespace"));
     }
 
     #[test]
     fn stop_may_write_elsewhere() {
-        let cmd = parse(&args(&["stop", "-s", "/s", "-o", "/d", "--force-dir"])).unwrap();
-        let Command::Stop(_, session) = cmd else {
+        let Command::Stop(stop) = parsed(&["stop", "-s", "/s", "-o", "/d", "--force-dir"])
+            .unwrap()
+            .command
+        else {
             panic!("expected stop")
         };
-        assert_eq!(stop_request(&session).unwrap(), "stop out=/d force_dir=1");
+        assert_eq!(stop.target.peer(), crate::client::Peer::SameUser);
+        let request = breakdance_protocol::Request::Stop(stop.options());
+        assert_eq!(request.to_line().unwrap(), "stop out=/d force_dir=1");
         assert!(error(&["stop", "-s", "/s", "--force-dir=yes"])
-            .starts_with("--force-dir takes no value"));
-        let record = record(&["--force-dir", "true"]).unwrap();
-        assert!(record.session.force_dir);
+            .starts_with("unexpected value 'yes' for '--force-dir'"));
+        assert!(record(&["--force-dir", "true"]).session.force_dir);
     }
 
     #[test]
-    fn help_is_offered_everywhere() {
-        assert_eq!(parse(&[]).unwrap(), Command::Help(MAIN_HELP));
-        assert_eq!(parse(&args(&["--help"])).unwrap(), Command::Help(MAIN_HELP));
-        assert_eq!(
-            parse(&args(&["help", "stop"])).unwrap(),
-            Command::Help(STOP_HELP)
-        );
-        assert_eq!(
-            parse(&args(&["record", "--help"])).unwrap(),
-            Command::Help(RECORD_HELP)
-        );
-        assert_eq!(
-            parse(&args(&["start", "-h"])).unwrap(),
-            Command::Help(START_HELP)
-        );
-        for text in [RECORD_HELP, START_HELP] {
-            assert!(text.contains("default 32") && text.contains("task-clock where it does not"));
+    fn help_shows_the_protocol_defaults() {
+        let help = |args: &[&str]| match parse(
+            std::iter::once("profiler-ctl")
+                .chain(args.iter().copied())
+                .map(OsString::from),
+        ) {
+            Ok(Parsed::Print(text)) => text,
+            _ => panic!("{args:?} should print help"),
+        };
+        let record = help(&["record", "--help"]);
+        for expected in [
+            format!("[default: {DEFAULT_LBR}]"),
+            format!("[default: {DEFAULT_OUTPUT}]"),
+            format!("[default: {DEFAULT_CLOCK_PERIOD_NS}]"),
+            "task-clock where it does not".to_string(),
+            "--profgen".to_string(),
+        ] {
+            assert!(record.contains(&expected), "{expected}: {record}");
         }
-        assert!(RECORD_HELP.contains("(default breakdance-out)"));
+        assert!(help(&["stop", "-h"]).contains(&format!("[default: {DEFAULT_TIMEOUT_SECS}]")));
+        let main = help(&["--help"]);
+        for sub in [
+            "record",
+            "start",
+            "stop",
+            "status",
+            "check",
+            "report",
+            "completions",
+        ] {
+            assert!(main.contains(sub), "{sub}: {main}");
+        }
+        assert!(help(&[]).contains("Usage: profiler-ctl"));
+        assert!(help(&["--version"]).starts_with("profiler-ctl "));
     }
 }

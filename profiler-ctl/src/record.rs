@@ -10,13 +10,15 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 
-use crate::cli::{self, Rate, RecordArgs, UsageError};
+use breakdance_protocol::{Request, SessionOptions, StopOptions, Summary};
+
+use crate::cli::{self, RecordArgs, UsageError};
 use crate::client::{self, Peer};
 use crate::signals::{self, Exit, Reaped};
-use crate::summary;
+use crate::{check, profgen, summary};
 
 /// The tracer library's file name.
-pub const LIBRARY: &str = "libbreakdance.so";
+pub const LIBRARY: &str = breakdance_protocol::LIBRARY_FILE;
 
 /// How long a terminating signal waits for the child to write its profile
 /// before it is passed on.
@@ -24,22 +26,6 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often the wait loop checks on the child even without a SIGCHLD.
 const POLL: Duration = Duration::from_secs(1);
-
-/// Variables the library reads: all are set or cleared for the child, so
-/// values left in the environment (by an enclosing traced run, say) do not
-/// mix with the options given here.
-const LIBRARY_VARIABLES: [&str; 10] = [
-    "BREAKDANCE_AUTOSTART",
-    "BREAKDANCE_EVENT",
-    "BREAKDANCE_PERIOD",
-    "BREAKDANCE_FREQ",
-    "BREAKDANCE_LBR",
-    "BREAKDANCE_OUTPUT",
-    "BREAKDANCE_SOCKET",
-    "BREAKDANCE_ROOT_PID",
-    "BREAKDANCE_DATAFLOW",
-    "BREAKDANCE_FORCE_DIR",
-];
 
 /// Finds libbreakdance.so: `--lib`, else `$BREAKDANCE_LIB`, else next to
 /// the profiler-ctl executable. Returns an absolute path.
@@ -96,15 +82,12 @@ pub fn ld_preload_with(existing: Option<&OsStr>, lib: &Path) -> OsString {
 /// absolute and free of symlinks (so it matches the module paths the
 /// library reports).
 pub fn resolve_program(program: &OsStr) -> Option<PathBuf> {
-    let path = Path::new(program);
-    if program.as_encoded_bytes().contains(&b'/') {
-        return std::fs::canonicalize(path).ok();
-    }
-    let search = env::var_os("PATH")?;
-    env::split_paths(&search)
-        .map(|dir| dir.join(path))
-        .find(|candidate| candidate.is_file())
-        .and_then(|found| std::fs::canonicalize(found).ok())
+    let found = if program.as_encoded_bytes().contains(&b'/') {
+        PathBuf::from(program)
+    } else {
+        which::which(program).ok()?
+    };
+    std::fs::canonicalize(found).ok()
 }
 
 /// All checks of `record` that can refuse it: run before anything starts.
@@ -116,7 +99,7 @@ struct Prepared {
 /// Creating the output directory is the one check that changes something,
 /// so it comes last.
 fn prepare(args: &RecordArgs) -> Result<Prepared, UsageError> {
-    if let Some(event) = &args.session.event {
+    if let Some(event) = args.session.event {
         cli::check_event_available(event, cli::machine_has_pmu())?;
     }
     let lib = find_library(args.lib.as_deref())?;
@@ -124,7 +107,7 @@ fn prepare(args: &RecordArgs) -> Result<Prepared, UsageError> {
         .session
         .output
         .clone()
-        .unwrap_or_else(|| cli::DEFAULT_OUTPUT.into());
+        .unwrap_or_else(|| breakdance_protocol::DEFAULT_OUTPUT.into());
     let output = crate::trust::prepare_output_dir(&output, args.session.force_dir)?;
     Ok(Prepared { lib, output })
 }
@@ -132,7 +115,7 @@ fn prepare(args: &RecordArgs) -> Result<Prepared, UsageError> {
 fn child_command(args: &RecordArgs, prepared: &Prepared) -> Command {
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
-    for name in LIBRARY_VARIABLES {
+    for name in breakdance_protocol::ENV_VARIABLES {
         command.env_remove(name);
     }
     command.env(
@@ -140,28 +123,11 @@ fn child_command(args: &RecordArgs, prepared: &Prepared) -> Command {
         ld_preload_with(env::var_os("LD_PRELOAD").as_deref(), &prepared.lib),
     );
     command.env("BREAKDANCE_AUTOSTART", "1");
-    command.env("BREAKDANCE_OUTPUT", &prepared.output);
-    if let Some(event) = &args.session.event {
-        command.env("BREAKDANCE_EVENT", event);
-    }
-    match args.session.rate {
-        Some(Rate::Period(n)) => {
-            command.env("BREAKDANCE_PERIOD", n.to_string());
-        }
-        Some(Rate::Freq(n)) => {
-            command.env("BREAKDANCE_FREQ", n.to_string());
-        }
-        None => {}
-    }
-    if let Some(lbr) = args.session.lbr {
-        command.env("BREAKDANCE_LBR", lbr.to_string());
-    }
-    if let Some(mode) = args.session.dataflow {
-        command.env("BREAKDANCE_DATAFLOW", mode);
-    }
-    if args.session.force_dir {
-        command.env("BREAKDANCE_FORCE_DIR", "1");
-    }
+    let options = SessionOptions {
+        output: Some(prepared.output.clone()),
+        ..args.session.options()
+    };
+    command.envs(options.to_env());
     command
 }
 
@@ -194,18 +160,39 @@ pub fn run(args: &RecordArgs) -> Result<Exit> {
     };
     let pid = child.id();
     let reaped = supervise(pid, &blocked)?;
+    let binary = resolve_program(&args.command[0]);
+    let (text, summary) = report(&prepared.output, pid, reaped, binary.as_deref(), started_at);
     if !args.quiet {
-        let binary = resolve_program(&args.command[0]);
-        eprint!(
-            "{}",
-            report(&prepared.output, pid, reaped, binary.as_deref(), started_at)
-        );
+        eprint!("{text}");
+    }
+    if let Some(summary) = summary {
+        let mut estimate = None;
+        if args.profgen {
+            let made = profgen::run(&summary);
+            if !args.quiet {
+                eprint!("{}", made.render());
+            }
+            estimate = made
+                .written
+                .iter()
+                .find(|(module, _, _)| Some(module) == binary.as_ref())
+                .map(|(_, _, more_samples)| *more_samples);
+        }
+        if let (Some(binary), false) = (&binary, args.quiet) {
+            eprint!(
+                "{}",
+                after_record_checks(binary, &prepared.output, estimate)
+            );
+        }
     }
     Ok(reaped.exit)
 }
 
 /// Passes signals on until the child ends, and returns how it ended.
 fn supervise(pid: u32, blocked: &signals::Blocked) -> Result<Reaped> {
+    let stop = Request::Stop(StopOptions::default())
+        .to_line()
+        .expect("stop carries no options");
     loop {
         if let Some(reaped) = signals::try_reap(pid).context("cannot wait for the child")? {
             return Ok(reaped);
@@ -220,7 +207,7 @@ fn supervise(pid: u32, blocked: &signals::Blocked) -> Result<Reaped> {
             // Written before the signal ends the child; a child that is not
             // (yet) traced has no socket, and the signal goes on regardless.
             let socket = client::default_socket(pid);
-            let _ = client::request(&socket, Peer::Pid(pid), "stop", STOP_TIMEOUT);
+            let _ = client::request(&socket, Peer::Pid(pid), &stop, STOP_TIMEOUT);
         }
         if let Err(e) = signals::send(pid, signal) {
             if e.raw_os_error() != Some(libc::ESRCH) {
@@ -233,41 +220,45 @@ fn supervise(pid: u32, blocked: &signals::Blocked) -> Result<Reaped> {
     }
 }
 
-/// The text printed after the child ended.
+/// The text printed after the child ended, and its summary when it wrote
+/// one.
 fn report(
     output: &Path,
     pid: u32,
     reaped: Reaped,
     binary: Option<&Path>,
     started_at: SystemTime,
-) -> String {
+) -> (String, Option<Summary>) {
     let exit = reaped.exit;
     let how = match exit {
         Exit::Signal(signal) => format!("was killed by {}", signals::name(signal)),
         Exit::Code(code) => format!("exited with status {code}"),
     };
     let path = output.join("summary.json");
-    let loaded = match summary::load(output) {
+    let loaded = match Summary::load(output) {
         Ok(loaded) => loaded,
-        Err(e) => return format!("profiler-ctl: {e:#}\n"),
+        Err(e) => return (format!("profiler-ctl: {e}\n"), None),
     };
     match loaded {
-        Some(json) if json.get("pid").and_then(|p| p.as_u64()) == Some(u64::from(pid)) => {
+        Some(summary) if summary.pid == pid => {
             let children = summary::child_dirs(output, Some(started_at));
             let cpu = (reaped.user, reaped.system);
-            let mut text = summary::render(&json, binary, &children, Some(cpu));
+            let mut text = summary::render(&summary, binary, &children, Some(cpu));
             if let Exit::Signal(_) = exit {
                 text.push_str(&format!(
                     "profiler-ctl: pid {pid} {how} after its profile was written\n"
                 ));
             }
-            text
+            (text, Some(summary))
         }
-        Some(json) => format!(
-            "profiler-ctl: {} is from an earlier run (pid {}), not from pid {pid}, which {how}; \
-             it may have died before writing its profile\n",
-            path.display(),
-            json.get("pid").map_or("?".to_owned(), |p| p.to_string()),
+        Some(summary) => (
+            format!(
+                "profiler-ctl: {} is from an earlier run (pid {}), not from pid {pid}, which \
+                 {how}; it may have died before writing its profile\n",
+                path.display(),
+                summary.pid,
+            ),
+            None,
         ),
         None => {
             let why = match exit {
@@ -278,11 +269,24 @@ fn report(
                     "the library did not write one; its own messages above may say why"
                 }
             };
-            format!(
-                "profiler-ctl: no profile: {} was not written; pid {pid} {how} ({why})\n",
-                path.display()
+            (
+                format!(
+                    "profiler-ctl: no profile: {} was not written; pid {pid} {how} ({why})\n",
+                    path.display()
+                ),
+                None,
             )
         }
+    }
+}
+
+/// `check`'s findings on the traced binary against this recording, as
+/// lines after the summary.
+fn after_record_checks(binary: &Path, output: &Path, estimate: Option<Option<f64>>) -> String {
+    match check::run_knowing(binary, Some(output), estimate) {
+        Ok(findings) if findings.is_empty() => String::new(),
+        Ok(findings) => check::render(binary, &findings),
+        Err(e) => format!("profiler-ctl: cannot check {}: {e:#}\n", binary.display()),
     }
 }
 
@@ -342,7 +346,7 @@ mod tests {
     fn a_missing_summary_is_reported_plainly() {
         let dir = std::env::temp_dir().join(format!("profiler-ctl-report-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let text = report(
+        let (text, _) = report(
             &dir,
             77,
             reaped(Exit::Signal(libc::SIGKILL)),
@@ -353,19 +357,28 @@ mod tests {
             text.contains("summary.json was not written; pid 77 was killed by SIGKILL"),
             "{text}"
         );
-        std::fs::write(dir.join("summary.json"), br#"{"pid": 12}"#).unwrap();
-        let text = report(&dir, 77, reaped(Exit::Code(0)), None, SystemTime::now());
+        let mut written = Summary {
+            schema: breakdance_protocol::SCHEMA_VERSION,
+            pid: 12,
+            ..Default::default()
+        };
+        std::fs::write(dir.join("summary.json"), written.to_json()).unwrap();
+        let (text, _) = report(&dir, 77, reaped(Exit::Code(0)), None, SystemTime::now());
         assert!(
             text.contains("is from an earlier run (pid 12), not from pid 77"),
             "{text}"
         );
-        std::fs::write(
-            dir.join("summary.json"),
-            br#"{"pid": 77, "traces_completed": 0}"#,
-        )
-        .unwrap();
-        let text = report(&dir, 77, reaped(Exit::Code(0)), None, SystemTime::now());
+        written.pid = 77;
+        std::fs::write(dir.join("summary.json"), written.to_json()).unwrap();
+        let (text, summary) = report(&dir, 77, reaped(Exit::Code(0)), None, SystemTime::now());
         assert!(text.starts_with("breakdance: profiled"), "{text}");
+        assert_eq!(summary, Some(written));
+        std::fs::write(dir.join("summary.json"), br#"{"schema": 1}"#).unwrap();
+        let (text, _) = report(&dir, 77, reaped(Exit::Code(0)), None, SystemTime::now());
+        assert!(
+            text.contains("has schema 1, this tool reads schema"),
+            "{text}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,33 +1,15 @@
-//! Reading `summary.json` and the control answers, and printing them for a
-//! person.
-//!
-//! The JSON is read as a `serde_json::Value` and every field is optional, so
-//! a library that adds counters, or leaves one out, still gets a summary.
+//! Printing summary.json and the control answers for a person.
 
 use std::fmt::Write as _;
 use std::fs;
-use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, Result};
+use breakdance_protocol::{ModuleSummary, StatusReply, Summary};
 use serde_json::Value;
 
 /// At most this many child-process subdirectories are named one by one.
 const MAX_CHILDREN_SHOWN: usize = 8;
-
-/// Reads `DIR/summary.json`; `Ok(None)` when there is none.
-pub fn load(dir: &Path) -> Result<Option<Value>> {
-    let path = dir.join("summary.json");
-    let text = match fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
-    let value = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not valid JSON", path.display()))?;
-    Ok(Some(value))
-}
 
 /// Subdirectories `<comm>.<pid>` of `dir` holding a child process's
 /// profile (its summary.json), sorted; with `since`, only those changed at
@@ -64,14 +46,6 @@ pub fn child_dirs(dir: &Path, since: Option<SystemTime>) -> Vec<String> {
     found
 }
 
-fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
-    path.iter().try_fold(v, |v, key| v.get(key))?.as_u64()
-}
-
-fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key)?.as_str()
-}
-
 /// A duration in ns as a person reads it: `850 ns`, `12.3 µs`, `4.56 ms`, `2.01 s`.
 pub fn format_ns(ns: u64) -> String {
     let f = ns as f64;
@@ -95,43 +69,32 @@ fn shown_path(path: &Path) -> PathBuf {
         .unwrap_or_else(|| path.to_path_buf())
 }
 
-/// `name value` pairs of the entries of an object that are not zero.
-fn nonzero(v: &Value, key: &str) -> Vec<String> {
-    let Some(map) = v.get(key).and_then(Value::as_object) else {
-        return Vec::new();
-    };
-    map.iter()
-        .filter_map(|(name, n)| n.as_u64().filter(|&n| n > 0).map(|n| format!("{name} {n}")))
+/// `name value` for the pairs whose value is not zero.
+fn nonzero<'a>(pairs: impl IntoIterator<Item = (&'a str, u64)>) -> Vec<String> {
+    pairs
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| format!("{name} {n}"))
         .collect()
 }
 
 /// The module the next command should profile: the traced binary when it
 /// has samples, else the module with the most branches (not the tracer).
-/// Returns its path and its AutoFDO text file.
-fn main_module<'a>(
-    summary: &'a Value,
-    binary: Option<&Path>,
-) -> Option<(&'a str, Option<&'a str>)> {
-    let modules = summary.get("modules")?.as_array()?;
-    let entry = |m: &'a Value| Some((str_at(m, "path")?, str_at(m, "afdo")));
+fn main_module<'a>(summary: &'a Summary, binary: Option<&Path>) -> Option<&'a ModuleSummary> {
     if let Some(binary) = binary {
-        if let Some(found) = modules
-            .iter()
-            .find(|m| str_at(m, "path").map(Path::new) == Some(binary))
-        {
-            return entry(found);
+        if let Some(found) = summary.modules.iter().find(|m| m.path == binary) {
+            return Some(found);
         }
     }
-    modules
+    summary
+        .modules
         .iter()
         .filter(|m| {
-            let path = str_at(m, "path").unwrap_or("");
-            !Path::new(path)
+            !m.path
                 .file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with("libbreakdance"))
         })
-        .max_by_key(|m| u64_at(m, &["branches"]).unwrap_or(0))
-        .and_then(entry)
+        .max_by_key(|m| m.branches)
 }
 
 /// The summary printed after `record` and `stop`.
@@ -140,52 +103,45 @@ fn main_module<'a>(
 /// the child-process subdirectories found in the output directory; `cpu` is
 /// the user and system CPU time the program used (record).
 pub fn render(
-    summary: &Value,
+    summary: &Summary,
     binary: Option<&Path>,
     children: &[String],
     cpu: Option<(Duration, Duration)>,
 ) -> String {
     let mut out = String::new();
-    let dir = str_at(summary, "output_dir").map(|d| shown_path(Path::new(d)));
-    let dir_text = dir.as_ref().map_or("the output directory".to_owned(), |d| {
-        d.display().to_string()
-    });
-    let command = str_at(summary, "command").unwrap_or("?");
-    let pid = u64_at(summary, &["pid"]).map_or(String::new(), |p| format!(" (pid {p})"));
-    let duration = u64_at(summary, &["duration_ns"]);
-    let threads = u64_at(summary, &["threads"]).unwrap_or(0);
-    let ran = duration.map_or(String::new(), |d| format!(" for {}", format_ns(d)));
+    let dir = shown_path(&summary.output_dir);
+    let c = &summary.counters;
+    let threads = summary.threads;
     let _ = writeln!(
         out,
-        "breakdance: profiled `{command}`{pid}{ran}, {threads} thread{}; outputs in {dir_text}",
-        if threads == 1 { "" } else { "s" }
+        "breakdance: profiled `{}` (pid {}) for {}, {threads} thread{}; outputs in {}",
+        summary.command,
+        summary.pid,
+        format_ns(summary.duration_ns),
+        if threads == 1 { "" } else { "s" },
+        dir.display()
     );
-
-    if let Some(config) = summary.get("config") {
-        let event = str_at(config, "event").unwrap_or("?");
-        let rate = match (u64_at(config, &["period"]), u64_at(config, &["freq"])) {
-            (Some(p), _) => format!("period {p}"),
-            (None, Some(f)) => format!("{f} Hz"),
-            (None, None) => "default rate".to_owned(),
-        };
-        let lbr = u64_at(config, &["lbr"]).map_or("?".to_owned(), |n| n.to_string());
-        let _ = writeln!(out, "  event {event}, {rate}, trace length {lbr}");
-    }
-
-    let get = |key: &str| u64_at(summary, &[key]).unwrap_or(0);
+    let config = &summary.config;
+    let rate = match (config.period, config.freq) {
+        (Some(p), _) => format!("period {p}"),
+        (None, Some(f)) => format!("{f} Hz"),
+        (None, None) => "default rate".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "  event {}, {rate}, trace length {}, look-ahead {}",
+        config.event, config.lbr, config.lookahead
+    );
     let _ = writeln!(
         out,
         "  traces: {} completed of {} started; {} branches written; {} samples",
-        get("traces_completed"),
-        get("traces_started"),
-        get("entries_written"),
-        get("samples")
+        c.traces_completed, c.traces_started, summary.entries_written, c.samples
     );
-    let (resolved, evaluated) = (get("statically_resolved"), get("dynamically_evaluated"));
+    let (resolved, evaluated) = (c.statically_resolved, c.dynamically_evaluated);
     if resolved + evaluated > 0 {
         let s = resolved as f64 / (resolved + evaluated) as f64;
         let t = if evaluated > 0 {
-            get("dynamic_taken") as f64 / evaluated as f64
+            c.dynamic_taken as f64 / evaluated as f64
         } else {
             0.0
         };
@@ -193,39 +149,31 @@ pub fn render(
             out,
             "  look-ahead: {} breakpoints; s = {s:.2} of branches resolved statically, \
              t = {t:.2} of the rest taken",
-            get("breakpoints")
+            c.breakpoints
         );
     }
-    for key in ["aborts", "drops"] {
-        let list = nonzero(summary, key);
-        if !list.is_empty() {
-            let _ = writeln!(out, "  {key}: {}", list.join(", "));
-        }
+    let aborts = nonzero(c.aborts.iter().map(|(r, n)| (r.name(), n)));
+    if !aborts.is_empty() {
+        let _ = writeln!(out, "  aborts: {}", aborts.join(", "));
     }
-    if let Some(handler) = summary.get("handler_ns").and_then(Value::as_object) {
-        let total: u64 = handler.values().filter_map(Value::as_u64).sum();
-        // The library's three handlers in the order a trace meets them,
-        // then anything newer in key order.
-        let known = ["sampling", "breakpoint", "decode"];
-        let names = known
+    let drops = nonzero(summary.drops());
+    if !drops.is_empty() {
+        let _ = writeln!(out, "  drops: {}", drops.join(", "));
+    }
+    let times = summary.handler_times();
+    let total: u64 = times.iter().map(|(_, n)| n).sum();
+    if total > 0 {
+        let parts: Vec<String> = times
             .iter()
-            .copied()
-            .filter(|k| handler.contains_key(*k))
-            .chain(
-                handler
-                    .keys()
-                    .map(String::as_str)
-                    .filter(|k| !known.contains(k)),
-            );
-        let parts: Vec<String> = names
-            .filter_map(|name| Some(format!("{} {name}", format_ns(handler[name].as_u64()?))))
+            .map(|(name, n)| format!("{} {}", format_ns(*n), name.trim_end_matches("_ns")))
             .collect();
-        let share = match duration {
-            Some(d) if d > 0 => format!(
+        let share = if summary.duration_ns > 0 {
+            format!(
                 " = {:.1}% of the run's wall time",
-                100.0 * total as f64 / d as f64
-            ),
-            _ => String::new(),
+                100.0 * total as f64 / summary.duration_ns as f64
+            )
+        } else {
+            String::new()
         };
         let _ = writeln!(out, "  handler time: {}{share}", parts.join(", "));
     }
@@ -239,9 +187,8 @@ pub fn render(
             format_ns(system.as_nanos() as u64)
         );
     }
-    if let Some(files) = summary.get("files").and_then(Value::as_array) {
-        let names: Vec<&str> = files.iter().filter_map(Value::as_str).collect();
-        let _ = writeln!(out, "  files: {}", names.join(", "));
+    if !summary.files.is_empty() {
+        let _ = writeln!(out, "  files: {}", summary.files.join(", "));
     }
     if !children.is_empty() {
         let mut shown: Vec<String> = children
@@ -259,7 +206,7 @@ pub fn render(
         );
     }
 
-    if get("traces_completed") == 0 {
+    if c.traces_completed == 0 {
         let _ = writeln!(
             out,
             "no trace was completed: the run may be shorter than the sampling period; \
@@ -269,27 +216,33 @@ pub fn render(
     }
     let module = main_module(summary, binary);
     let binary_text = binary
-        .map(|b| b.display().to_string())
-        .or_else(|| module.map(|(path, _)| path.to_owned()))
-        .unwrap_or_else(|| "BINARY".to_owned());
-    let dir_prefix = dir.map_or(String::new(), |d| format!("{}/", d.display()));
+        .or(module.map(|m| m.path.as_path()))
+        .map_or("BINARY".to_owned(), |b| b.display().to_string());
+    let dir_prefix = format!("{}/", dir.display());
     let _ = writeln!(out, "next: turn the traces into an AutoFDO profile:");
     let _ = writeln!(
         out,
         "  llvm-profgen-19 --perfscript={dir_prefix}perf.script --binary={binary_text} --output=prof.afdo"
     );
-    if let Some((_, Some(afdo))) = module {
+    if let Some(m) = module {
         let _ = writeln!(
             out,
-            "  or: create_llvm_prof --profiler=text --profile={dir_prefix}{afdo} --binary={binary_text} --out=prof.gcov"
+            "  or: create_llvm_prof --profiler=text --profile={dir_prefix}{} --binary={binary_text} --out=prof.gcov",
+            m.afdo
         );
     }
     out
 }
 
+/// The `start` and `status` answers as aligned `name  value` lines.
+pub fn render_status(reply: &StatusReply) -> String {
+    let value = serde_json::to_value(reply).unwrap_or(Value::Null);
+    render_fields(&value)
+}
+
 /// A control answer's JSON object as aligned `name  value` lines; nested
 /// objects become `outer.inner`, and `*_ns` counters are shown as durations.
-pub fn render_fields(payload: &Value) -> String {
+fn render_fields(payload: &Value) -> String {
     let mut rows = Vec::new();
     flatten("", payload, &mut rows);
     // serde_json keeps keys sorted; the state reads best first.
@@ -337,27 +290,63 @@ fn flatten(prefix: &str, value: &Value, rows: &mut Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use breakdance_protocol::{AbortReason, Event, SessionConfig, SCHEMA_VERSION};
 
-    fn example() -> Value {
-        json!({
-            "pid": 4242, "command": "./demo", "output_dir": "/nonexistent/out",
-            "config": {"event": "task-clock", "period": 1000000, "freq": null, "lbr": 32},
-            "duration_ns": 2_000_000_000u64, "threads": 1, "samples": 1500,
-            "traces_started": 1300, "traces_completed": 1234,
-            "entries_recorded": 40000, "entries_written": 39488,
-            "breakpoints": 20000, "statically_resolved": 60, "dynamically_evaluated": 40,
-            "dynamic_taken": 10, "buffer_swaps": 3,
-            "handler_ns": {"sampling": 12_300_000, "breakpoint": 45_600_000, "decode": 2_100_000},
-            "aborts": {"rseq": 0, "sp_mismatch": 3, "pc_mismatch": 0, "unsupported_instruction": 0,
-                       "outside_mappings": 0, "lookahead_limit": 0, "thread_exit": 2, "session_stop": 0},
-            "drops": {"no_free_buffer": 0, "thread_table_full": 0, "trace_table_full": 0},
-            "modules": [
-                {"path": "/usr/lib/x86_64-linux-gnu/libc.so.6", "afdo": "libc.so.6.afdo.txt", "branches": 900},
-                {"path": "/work/demo", "afdo": "demo.afdo.txt", "branches": 500}
+    fn module(path: &str, afdo: &str, branches: u64) -> ModuleSummary {
+        ModuleSummary {
+            path: path.into(),
+            afdo: afdo.into(),
+            branches,
+            ..Default::default()
+        }
+    }
+
+    fn example() -> Summary {
+        let mut s = Summary {
+            schema: SCHEMA_VERSION,
+            pid: 4242,
+            command: "./demo".into(),
+            output_dir: "/nonexistent/out".into(),
+            config: SessionConfig {
+                event: Event::TaskClock,
+                period: Some(1000000),
+                freq: None,
+                lbr: 32,
+                ..Default::default()
+            },
+            duration_ns: 2_000_000_000,
+            threads: 1,
+            entries_written: 39488,
+            modules: vec![
+                module(
+                    "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                    "libc.so.6.afdo.txt",
+                    900,
+                ),
+                module("/work/demo", "demo.afdo.txt", 500),
             ],
-            "files": ["perf.script", "demo.afdo.txt", "libc.so.6.afdo.txt", "summary.json"]
-        })
+            files: [
+                "perf.script",
+                "demo.afdo.txt",
+                "libc.so.6.afdo.txt",
+                "summary.json",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Default::default()
+        };
+        let c = &mut s.counters;
+        (c.samples, c.traces_started, c.traces_completed) = (1500, 1300, 1234);
+        (
+            c.breakpoints,
+            c.statically_resolved,
+            c.dynamically_evaluated,
+        ) = (20000, 60, 40);
+        c.dynamic_taken = 10;
+        (c.sampling_ns, c.breakpoint_ns, c.decode_ns) = (12_300_000, 45_600_000, 2_100_000);
+        *c.aborts.get_mut(AbortReason::SpMismatch) = 3;
+        *c.aborts.get_mut(AbortReason::ThreadExit) = 2;
+        s
     }
 
     #[test]
@@ -378,7 +367,7 @@ mod tests {
         );
         let expected = "\
 breakdance: profiled `./demo` (pid 4242) for 2.00 s, 1 thread; outputs in /nonexistent/out
-  event task-clock, period 1000000, trace length 32
+  event task-clock, period 1000000, trace length 32, data-flow on
   traces: 1234 completed of 1300 started; 39488 branches written; 1500 samples
   look-ahead: 20000 breakpoints; s = 0.60 of branches resolved statically, t = 0.25 of the rest taken
   aborts: sp_mismatch 3, thread_exit 2
@@ -410,32 +399,40 @@ next: turn the traces into an AutoFDO profile:
     #[test]
     fn an_empty_profile_says_why_there_is_no_next_step() {
         let mut summary = example();
-        summary["traces_completed"] = json!(0);
-        summary["drops"]["no_free_buffer"] = json!(7);
+        summary.counters.traces_completed = 0;
+        summary.counters.drops.no_free_buffer = 7;
+        summary.counters.drops.trace_table_full = 2;
         let text = render(&summary, None, &[], None);
-        assert!(text.contains("  drops: no_free_buffer 7\n"), "{text}");
+        assert!(
+            text.contains("  drops: no_free_buffer 7, trace_table_full 2\n"),
+            "{text}"
+        );
         assert!(text.contains("no trace was completed"), "{text}");
         assert!(!text.contains("llvm-profgen"), "{text}");
     }
 
     #[test]
-    fn missing_fields_do_not_break_the_summary() {
-        let text = render(&json!({"traces_completed": 1}), None, &[], None);
-        assert!(
-            text.starts_with(
-                "breakdance: profiled `?`, 0 threads; outputs in the output directory\n"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("--binary=BINARY"), "{text}");
-    }
-
-    #[test]
     fn status_fields_are_flattened_and_aligned() {
-        let text = render_fields(
-            &json!({"state": "running", "samples": 12, "handler_ns": {"sampling": 1500}}),
+        let text = render_status(&StatusReply::Off {
+            unwritten_session: true,
+        });
+        assert_eq!(
+            text,
+            "  state              off\n  unwritten_session  true\n"
         );
-        assert_eq!(text, "  state                running\n  handler_ns.sampling  1.5 µs\n  samples              12\n");
+        let running = StatusReply::Running {
+            event: Event::TaskClock,
+            lbr: 32,
+            output_dir: "/o".into(),
+            elapsed_ns: 1500,
+            threads: 2,
+            counters: Default::default(),
+        };
+        let text = render_status(&running);
+        assert!(text.starts_with("  state "), "{text}");
+        assert!(text.contains("  elapsed_ns "), "{text}");
+        assert!(text.contains(" 1.5 µs\n"), "{text}");
+        assert!(text.contains("  aborts.rseq "), "{text}");
     }
 
     #[test]
@@ -455,21 +452,6 @@ next: turn the traces into an AutoFDO profile:
         );
         let later = SystemTime::now() + Duration::from_secs(60);
         assert!(child_dirs(&dir, Some(later)).is_empty());
-        fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn summary_json_is_loaded_or_reported_missing() {
-        let dir = std::env::temp_dir().join(format!("profiler-ctl-load-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        assert!(load(&dir).unwrap().is_none());
-        fs::write(dir.join("summary.json"), b"{\"pid\": 5}").unwrap();
-        assert_eq!(load(&dir).unwrap().unwrap()["pid"], 5);
-        fs::write(dir.join("summary.json"), b"{").unwrap();
-        assert!(load(&dir)
-            .unwrap_err()
-            .to_string()
-            .ends_with("summary.json is not valid JSON"));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 
+use breakdance_protocol::{Event, Summary};
 use common::{ctl, library, run_bounded, stderr_of, wait_bounded, Scratch};
 
 /// Runs `record ARGS -- sh -c 'touch MARKER'` and returns the error line.
@@ -48,22 +49,25 @@ fn invalid_options_are_refused_before_the_command_runs() {
     let under_file = not_a_dir.join("out");
     let under_file = under_file.to_str().unwrap();
     let cases: [(&[&str], &str); 7] = [
-        (&["-c", "0"], "profiler-ctl: -c: must be greater than 0"),
+        (
+            &["-c", "0"],
+            "profiler-ctl: invalid value '0' for '--period <N>': 0 is not in 1..",
+        ),
         (
             &["-c", "1000", "-F", "99"],
-            "profiler-ctl: -F: give either -c/--period or -F/--freq",
+            "profiler-ctl: the argument '--period <N>' cannot be used with '--freq <HZ>'",
         ),
         (
             &["--lbr", "0"],
-            "profiler-ctl: --lbr: 0 is outside 1..=4096",
+            "profiler-ctl: invalid value '0' for '--lbr <N>': 0 is not in 1..=4096",
         ),
         (
             &["--lbr=4097"],
-            "profiler-ctl: --lbr: 4097 is outside 1..=4096",
+            "profiler-ctl: invalid value '4097' for '--lbr <N>': 4097 is not in 1..=4096",
         ),
         (
             &["-e", "cache-misses"],
-            "profiler-ctl: -e: unknown event 'cache-misses'",
+            "profiler-ctl: invalid value 'cache-misses' for '--event <EVENT>' (known: task-clock,",
         ),
         (
             &["-o", under_file],
@@ -121,13 +125,11 @@ fn the_branches_event_records_with_a_pmu_and_is_refused_without() {
         );
         assert!(output.status.success(), "{}", stderr_of(&output));
         assert_eq!(String::from_utf8_lossy(&output.stdout), "899997\n");
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
-                .unwrap();
-        assert_eq!(summary["config"]["event"], "branches", "{summary}");
+        let summary = Summary::load(&out).unwrap().expect("summary.json");
+        assert_eq!(summary.config.event, Event::Branches, "{summary:?}");
         assert!(
-            summary["traces_completed"].as_u64().unwrap_or(0) > 0,
-            "no trace sampled on branches: {summary}"
+            summary.counters.traces_completed > 0,
+            "no trace sampled on branches: {summary:?}"
         );
         return;
     }
@@ -141,7 +143,7 @@ fn the_branches_event_records_with_a_pmu_and_is_refused_without() {
         ],
     );
     assert!(
-        message.starts_with("profiler-ctl: -e: 'branches' is a hardware event"),
+        message.starts_with("profiler-ctl: --event: 'branches' is a hardware event"),
         "{message}"
     );
     // `start` refuses it before it looks for the program.
@@ -153,7 +155,7 @@ fn the_branches_event_records_with_a_pmu_and_is_refused_without() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line expected: {stderr}");
     assert!(
-        stderr.starts_with("profiler-ctl: -e: 'branches' is a hardware event"),
+        stderr.starts_with("profiler-ctl: --event: 'branches' is a hardware event"),
         "{stderr}"
     );
 }
@@ -361,15 +363,11 @@ fn a_recorded_run_leaves_a_profile_and_a_summary() {
     let stderr = stderr_of(&output);
     assert!(output.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&output.stdout), "899997\n");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["config"]["event"], "task-clock");
-    assert_eq!(summary["config"]["period"].as_u64(), Some(200000));
-    assert_eq!(summary["config"]["lbr"].as_u64(), Some(16));
-    assert!(
-        summary["traces_completed"].as_u64().unwrap() > 0,
-        "{summary}"
-    );
+    let summary = Summary::load(&out).unwrap().expect("summary.json");
+    assert_eq!(summary.config.event, Event::TaskClock);
+    assert_eq!(summary.config.period, Some(200000));
+    assert_eq!(summary.config.lbr, 16);
+    assert!(summary.counters.traces_completed > 0, "{summary:?}");
     assert!(out.join("perf.script").is_file());
 
     assert!(
@@ -377,7 +375,7 @@ fn a_recorded_run_leaves_a_profile_and_a_summary() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("  event task-clock, period 200000, trace length 16\n"),
+        stderr.contains("  event task-clock, period 200000, trace length 16, data-flow on\n"),
         "{stderr}"
     );
     assert!(stderr.contains("\n  files: perf.script"), "{stderr}");

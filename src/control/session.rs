@@ -20,12 +20,14 @@ use crate::aggregate::{self, Aggregate};
 use crate::buffer::AbortReason;
 use crate::decode;
 use crate::modules::{self, Module};
-use crate::output::formats::Json;
 use crate::output::{self, SessionReport};
 use crate::sys;
+use crate::trace::counters::CounterValues;
 use crate::trace::exec_map::MemoryLayout;
 use crate::trace::threads::{self, RegisterError, SamplingEvent};
 use crate::trace::{self, chain, handler, Closer, Tracer};
+
+use breakdance_protocol::{SessionConfig, StatusReply};
 
 use super::config::{self, Options, Resolved, StopOptions};
 
@@ -427,16 +429,15 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer.epoch.fetch_add(1, Ordering::SeqCst);
     tracer.running.store(true, Ordering::SeqCst);
 
-    let mut reply = Json::new();
-    reply
-        .begin_object(None)
-        .str("state", "running")
-        .str("event", resolved.event.name())
-        .num("lbr", resolved.lbr as u64)
-        .num("threads", registered)
-        .str("output_dir", &resolved.output.to_string_lossy())
-        .end_object();
-    let reply = reply.finish();
+    let reply = serde_json::to_string(&StatusReply::Running {
+        event: resolved.event,
+        lbr: resolved.lbr as u32,
+        output_dir: resolved.output.clone(),
+        elapsed_ns: 0,
+        threads: registered,
+        counters: CounterValues::default(),
+    })
+    .expect("a status reply always serialises");
     state.running = Some(Running {
         resolved,
         started_ns: sys::now_ns(),
@@ -528,7 +529,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
     let state = guard.get_or_insert_with(ControlState::default);
     let redirect = |u: &mut Unwritten| {
         if let Some(dir) = &options.output {
-            u.report.output_dir = dir.clone();
+            u.report.output_dir = config::absolute(dir);
             u.force_dir = options.force_dir;
         }
     };
@@ -578,11 +579,13 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
         pid: sys::getpid(),
         command: command_line(),
         output_dir: r.output.clone(),
-        event: r.event.name().to_string(),
-        period: r.period,
-        freq: r.freq,
-        lbr: r.lbr,
-        dataflow: r.lookahead.name().to_string(),
+        config: SessionConfig {
+            event: r.event,
+            period: r.period,
+            freq: r.freq,
+            lbr: r.lbr as u32,
+            lookahead: r.lookahead,
+        },
         duration_ns: sys::now_ns() - running.started_ns,
         threads: tracer.threads_registered.load(Ordering::Relaxed),
         counters,
@@ -622,35 +625,24 @@ fn write(state: &mut ControlState, u: Unwritten) -> Result<String, StopError> {
 /// Live state and counters, one JSON line.
 pub fn status() -> String {
     let guard = CONTROL.lock();
-    let mut j = Json::new();
-    j.begin_object(None);
     let running = guard.as_ref().and_then(|s| s.running.as_ref());
-    let Some(run) = running else {
-        let unwritten = guard.as_ref().is_some_and(|s| s.unwritten.is_some());
-        j.str("state", "off")
-            .bool("unwritten_session", unwritten)
-            .end_object();
-        return j.finish();
+    let reply = match running {
+        None => StatusReply::Off {
+            unwritten_session: guard.as_ref().is_some_and(|s| s.unwritten.is_some()),
+        },
+        Some(run) => {
+            let tracer = trace::tracer_or_init();
+            StatusReply::Running {
+                event: run.resolved.event,
+                lbr: run.resolved.lbr as u32,
+                output_dir: run.resolved.output.clone(),
+                elapsed_ns: sys::now_ns() - run.started_ns,
+                threads: tracer.threads_registered.load(Ordering::Relaxed),
+                counters: tracer.totals(),
+            }
+        }
     };
-    let tracer = trace::tracer_or_init();
-    let c = tracer.totals();
-    j.str("state", "running")
-        .str("event", run.resolved.event.name())
-        .num("lbr", run.resolved.lbr as u64)
-        .str("output_dir", &run.resolved.output.to_string_lossy())
-        .num("elapsed_ns", sys::now_ns() - run.started_ns)
-        .num("threads", tracer.threads_registered.load(Ordering::Relaxed))
-        .num("samples", c.samples)
-        .num("traces_started", c.traces_started)
-        .num("traces_completed", c.traces_completed)
-        .num("traces_aborted", c.aborted())
-        .num("entries_recorded", c.entries_recorded)
-        .num("breakpoints", c.breakpoints)
-        .num("buffer_swaps", c.buffer_swaps)
-        .num("no_free_buffer", c.no_free_buffer)
-        .num("handler_ns", c.sampling_ns + c.breakpoint_ns)
-        .end_object();
-    j.finish()
+    serde_json::to_string(&reply).expect("a status reply always serialises")
 }
 
 /// Gives every signal the tracer handles back to the application's action

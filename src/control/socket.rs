@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use crate::sys;
 
-use super::config::{Options, StopOptions};
+use breakdance_protocol::Request;
+
 use super::session;
 
 /// Longest request line accepted, newline included.
@@ -37,24 +38,11 @@ const DRAIN_LIMIT: usize = 16 << 20;
 
 /// Answers one request line. Never panics on input.
 pub fn handle_request(line: &str) -> String {
-    let line = line.trim();
-    let (cmd, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
-    let reply = match cmd {
-        "start" => match Options::parse_words(rest) {
-            Ok(o) => session::start(&o).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        },
-        "stop" => match StopOptions::parse_words(rest) {
-            Ok(o) => session::stop_into(&o).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        },
-        "status" if rest.trim().is_empty() => Ok(session::status()),
-        "status" => Err(format!("'{cmd}' takes no arguments")),
-        "" => Err("empty request (commands: start, stop, status)".to_string()),
-        _ => Err(format!(
-            "unknown command '{}' (commands: start, stop, status)",
-            truncate(cmd, 40)
-        )),
+    let reply = match Request::parse(line) {
+        Ok(Request::Start(o)) => session::start(&o).map_err(|e| e.to_string()),
+        Ok(Request::Stop(o)) => session::stop_into(&o).map_err(|e| e.to_string()),
+        Ok(Request::Status) => Ok(session::status()),
+        Err(e) => Err(e.to_string()),
     };
     match reply {
         Ok(json) => format!("ok {json}\n"),
@@ -64,10 +52,6 @@ pub fn handle_request(line: &str) -> String {
 
 fn error_line(msg: &str) -> String {
     format!("error {}\n", msg.replace('\n', " "))
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    s.chars().take(n).filter(|c| !c.is_control()).collect()
 }
 
 /// Answers one complete request line (without its newline), as bytes: what

@@ -813,6 +813,11 @@ impl Predictions {
         self.len - self.cursor.min(self.len)
     }
 
+    /// The next prediction not yet checked, left in place.
+    pub fn peek(&self) -> Option<&Prediction> {
+        self.items[..self.len].get(self.cursor)
+    }
+
     /// The next prediction not yet checked.
     pub fn next(&mut self) -> Option<Prediction> {
         let p = self.items[..self.len].get(self.cursor).copied();

@@ -1,21 +1,23 @@
 //! The writer: annotates the aggregate with its modules and writes
 //! perf.script, one AutoFDO text and one BOLT profile per module with
-//! samples, and summary.json. Every file is written to a temporary name in
-//! the output directory and renamed into place, so a reader never sees half
-//! a file and a failed write leaves the previous file intact; `dir` says
-//! how the directory and the names are kept out of other users' reach.
+//! samples, and summary.json (the protocol crate's [`Summary`]). Every
+//! file is written to a temporary name in the output directory and renamed
+//! into place, so a reader never sees half a file and a failed write leaves
+//! the previous file intact; `dir` says how the directory and the names are
+//! kept out of other users' reach.
 
 pub mod dir;
 pub mod formats;
 
 use std::path::PathBuf;
 
+use breakdance_protocol::{
+    ModuleSummary, SessionConfig, Summary, PERF_SCRIPT_FILE, SCHEMA_VERSION, SUMMARY_FILE,
+};
+
 use crate::aggregate::Aggregate;
-use crate::buffer::AbortReason;
 use crate::modules::Module;
 use crate::trace::counters::CounterValues;
-
-use formats::Json;
 
 /// A failed write: the directory refused, or a file, named.
 #[derive(Debug, thiserror::Error)]
@@ -31,11 +33,7 @@ pub struct SessionReport {
     pub pid: i32,
     pub command: String,
     pub output_dir: PathBuf,
-    pub event: String,
-    pub period: Option<u64>,
-    pub freq: Option<u64>,
-    pub lbr: usize,
-    pub dataflow: String,
+    pub config: SessionConfig,
     pub duration_ns: u64,
     pub threads: u64,
     pub counters: CounterValues,
@@ -44,32 +42,8 @@ pub struct SessionReport {
 }
 
 /// What the library met of its host program and survived: summary.json's
-/// `host` object.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct HostReport {
-    /// Handlers left half-way by an application's longjmp, taken back by
-    /// the thread's next handler.
-    pub handlers_abandoned: u64,
-    /// Slots a closer gave up waiting for (a handler still running, or
-    /// abandoned, after the wait).
-    pub slots_busy_at_stop: u64,
-    /// Stuck slots whose sampling the worker re-armed.
-    pub stuck_slots_poked: u64,
-    /// Threads that closed their own slot as they ended.
-    pub threads_exited: u64,
-    /// Slots of threads that ended without closing them, closed by the
-    /// worker's sweep.
-    pub threads_gone: u64,
-    /// Lookups in the handler's mapping table that gave up while it was
-    /// being replaced.
-    pub exec_map_lookups_given_up: u64,
-    /// Breakpoint events replaced after a hit delivered late (the thread
-    /// had SIGTRAP blocked) or an abandoned handler.
-    pub breakpoints_renewed: u64,
-    /// Debug exceptions at the tracer's breakpoint that the kernel could
-    /// not attribute, dropped instead of passed to the application.
-    pub stray_debug_traps: u64,
-}
+/// `host` object (the protocol crate's `Host`).
+pub use breakdance_protocol::Host as HostReport;
 
 /// File names for a module's profiles: its basename, made unique when two
 /// modules share one.
@@ -110,18 +84,18 @@ pub fn write_session(
             ));
         }
     }
-    let mut files = vec!["perf.script".to_string()];
+    let mut files = vec![PERF_SCRIPT_FILE.to_string()];
     for (_, afdo, bolt, _) in &profiles {
         files.push(afdo.clone());
         files.push(bolt.clone());
     }
-    files.push("summary.json".to_string());
+    files.push(SUMMARY_FILE.to_string());
     for name in &files {
         dir.check_replaceable(name)?;
     }
 
     dir.write_atomic(
-        "perf.script",
+        PERF_SCRIPT_FILE,
         formats::perf_script(agg, modules, report.pid).as_bytes(),
     )?;
     let mut module_rows = Vec::new();
@@ -131,105 +105,41 @@ pub fn write_session(
         module_rows.push((m, afdo, bolt, p.branch_count()));
     }
 
-    let c = &report.counters;
-    let mut j = Json::new();
-    j.begin_object(None)
-        .num("pid", report.pid as u64)
-        .str("command", &report.command)
-        .str("output_dir", &report.output_dir.to_string_lossy());
-    j.begin_object(Some("config"))
-        .str("event", &report.event)
-        .opt_num("period", report.period)
-        .opt_num("freq", report.freq)
-        .num("lbr", report.lbr as u64)
-        .str("lookahead", &report.dataflow)
-        .end_object();
-    j.num("duration_ns", report.duration_ns)
-        .num("threads", report.threads)
-        .num("samples", c.samples)
-        .num("traces_started", c.traces_started)
-        .num("traces_completed", c.traces_completed)
-        .num("traces_aborted", c.aborted())
-        .num("traces_empty", c.traces_empty)
-        .num("traces_written", agg.traces_seen - agg.traces_not_kept)
-        .num("distinct_traces", agg.traces.len() as u64)
-        .num("entries_recorded", c.entries_recorded)
-        .num("entries_written", agg.entries_kept())
-        .num("breakpoints", c.breakpoints)
-        .num("statically_resolved", c.statically_resolved)
-        .num("dynamically_evaluated", c.dynamically_evaluated)
-        .num("dynamic_taken", c.dynamic_taken)
-        .num("buffer_swaps", c.buffer_swaps)
-        .num("sp_windowed", c.sp_windowed)
-        .num("segments_decoded", c.segments_decoded)
-        .num("segments_cached", c.segments_cached)
-        .num("dataflow_resolved", c.dataflow_resolved)
-        .num("dataflow_taken", c.dataflow_taken)
-        .num("dataflow_verified", c.dataflow_verified)
-        .num("dataflow_mismatches", c.dataflow_mismatches)
-        .num("dataflow_mismatched_stops", c.dataflow_mismatched_stops)
-        .num("revisit_hits", c.revisit_hits)
-        .num("verify_register_mismatches", c.verify_register_mismatches)
-        .num("duplicate_traps", c.duplicate_traps);
-    j.begin_object(Some("emulation"))
-        .num("segments", c.segments)
-        .num("emulated_steps", c.emulated_steps)
-        .num("checkpoints", c.checkpoints)
-        .num("checkpoint_extra_hits", c.checkpoint_extra_hits)
-        .num("checkpoint_unreached", c.checkpoint_unreached)
-        .num("mismatch_registers", c.speculation_mismatch_registers)
-        .num("mismatch_memory", c.speculation_mismatch_memory)
-        .num("step_overs", c.step_overs)
-        .num("entries_validated", c.speculated_taken)
-        .end_object();
-    j.begin_object(Some("handler_ns"))
-        .num("sampling", c.sampling_ns)
-        .num("breakpoint", c.breakpoint_ns)
-        .num("decode", c.decode_ns)
-        .num("emulation", c.emulation_ns)
-        .end_object();
-    j.begin_object(Some("aborts"));
-    for r in AbortReason::ALL {
-        j.num(r.name(), c.aborts[r as usize]);
-    }
-    j.end_object();
-    j.begin_object(Some("drops"))
-        .num("no_free_buffer", c.no_free_buffer)
-        .num("thread_table_full", report.thread_table_full)
-        .num("trace_table_full", agg.traces_not_kept)
-        .num("trace_table_full_entries", agg.entries_not_kept)
-        .num("buffer_overflow_entries", c.full_buffer_entries_lost)
-        .end_object();
-    let h = &report.host;
-    j.begin_object(Some("host"))
-        .num("handlers_abandoned", h.handlers_abandoned)
-        .num("slots_busy_at_stop", h.slots_busy_at_stop)
-        .num("stuck_slots_poked", h.stuck_slots_poked)
-        .num("threads_exited", h.threads_exited)
-        .num("threads_gone", h.threads_gone)
-        .num("exec_map_lookups_given_up", h.exec_map_lookups_given_up)
-        .num("breakpoints_renewed", h.breakpoints_renewed)
-        .num("stray_debug_traps", h.stray_debug_traps)
-        .end_object();
-    j.begin_array("modules");
-    for (m, afdo, bolt, branches) in &module_rows {
-        j.begin_object(None)
-            .str("path", &m.path.to_string_lossy())
-            .str("build_id", m.build_id.as_deref().unwrap_or(""))
-            .str("load_address", &format!("{:#x}", m.load_address))
-            .str("bias", &format!("{:#x}", m.bias))
-            .str("afdo", afdo)
-            .str("bolt", bolt)
-            .num("branches", *branches)
-            .end_object();
-    }
-    j.end_array();
-    j.begin_array("files");
-    for f in &files {
-        j.item_str(f);
-    }
-    j.end_array().end_object();
-    let text = j.finish();
-    dir.write_atomic("summary.json", format!("{text}\n").as_bytes())?;
+    // Drops after the handlers: the thread table (at registration) and
+    // the aggregate's trace table.
+    let mut counters = report.counters;
+    counters.drops.thread_table_full += report.thread_table_full;
+    counters.drops.trace_table_full += agg.traces_not_kept;
+    counters.drops.trace_table_full_entries += agg.entries_not_kept;
+    let summary = Summary {
+        schema: SCHEMA_VERSION,
+        pid: report.pid as u32,
+        command: report.command.clone(),
+        output_dir: report.output_dir.clone(),
+        config: report.config.clone(),
+        duration_ns: report.duration_ns,
+        threads: report.threads,
+        counters,
+        traces_aborted: report.counters.aborted(),
+        traces_written: agg.traces_seen - agg.traces_not_kept,
+        distinct_traces: agg.traces.len() as u64,
+        entries_written: agg.entries_kept(),
+        modules: module_rows
+            .into_iter()
+            .map(|(m, afdo, bolt, branches)| ModuleSummary {
+                path: m.path.clone(),
+                build_id: m.build_id.clone(),
+                load_address: m.load_address,
+                bias: m.bias,
+                afdo,
+                bolt,
+                branches,
+            })
+            .collect(),
+        host: report.host,
+        files,
+    };
+    let text = summary.to_json();
+    dir.write_atomic(SUMMARY_FILE, format!("{text}\n").as_bytes())?;
     Ok(text)
 }

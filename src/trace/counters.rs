@@ -4,29 +4,36 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use breakdance_protocol::{Aborts, Drops};
+
 use crate::buffer::AbortReason;
 
+/// Generates the atomic counters from the protocol crate's one list of
+/// counters ([`breakdance_protocol::for_each_counter`]), so a counter
+/// declared there exists here, in summary.json and in `status` alike.
+/// The atomic counters are flat (`c.no_free_buffer`), the drops among
+/// them; the protocol's plain values group the drops.
 macro_rules! counters {
-    ($($name:ident),* $(,)?) => {
+    (
+        counts { $($(#[$doc:meta])* $name:ident: $kind:ident,)* }
+        drops { $($(#[$drop_doc:meta])* $drop:ident,)* }
+    ) => {
         /// Event counts of one thread (or the sum over threads).
         #[derive(Default)]
         pub struct Counters {
-            $(pub $name: AtomicU64,)*
-            pub aborts: [AtomicU64; AbortReason::ALL.len()],
-        }
-
-        /// A plain copy of [`Counters`].
-        #[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
-        pub struct CounterValues {
-            $(pub $name: u64,)*
-            pub aborts: [u64; AbortReason::ALL.len()],
+            $($(#[$doc])* pub $name: AtomicU64,)*
+            $($(#[$drop_doc])* pub $drop: AtomicU64,)*
+            pub aborts: [AtomicU64; AbortReason::COUNT],
         }
 
         impl Counters {
             pub fn values(&self) -> CounterValues {
                 CounterValues {
                     $($name: self.$name.load(Ordering::Relaxed),)*
-                    aborts: std::array::from_fn(|i| self.aborts[i].load(Ordering::Relaxed)),
+                    drops: Drops {
+                        $($drop: self.$drop.load(Ordering::Relaxed),)*
+                    },
+                    aborts: Aborts::from_fn(|r| self.aborts[r as usize].load(Ordering::Relaxed)),
                 }
             }
 
@@ -34,71 +41,28 @@ macro_rules! counters {
             /// session totals).
             pub fn absorb(&self, v: &CounterValues) {
                 $(self.$name.fetch_add(v.$name, Ordering::Relaxed);)*
-                for (a, b) in self.aborts.iter().zip(v.aborts) {
-                    a.fetch_add(b, Ordering::Relaxed);
+                $(self.$drop.fetch_add(v.drops.$drop, Ordering::Relaxed);)*
+                for (r, n) in v.aborts.iter() {
+                    self.aborts[r as usize].fetch_add(n, Ordering::Relaxed);
                 }
             }
 
             pub fn reset(&self) {
                 $(self.$name.store(0, Ordering::Relaxed);)*
+                $(self.$drop.store(0, Ordering::Relaxed);)*
                 for a in &self.aborts {
                     a.store(0, Ordering::Relaxed);
-                }
-            }
-        }
-
-        impl std::ops::AddAssign for CounterValues {
-            fn add_assign(&mut self, o: CounterValues) {
-                $(self.$name += o.$name;)*
-                for (a, b) in self.aborts.iter_mut().zip(o.aborts) {
-                    *a += b;
                 }
             }
         }
     };
 }
 
-counters!(
-    samples,
-    traces_started,
-    traces_completed,
-    traces_empty,
-    entries_recorded,
-    breakpoints,
-    statically_resolved,
-    dynamically_evaluated,
-    dynamic_taken,
-    buffer_swaps,
-    no_free_buffer,
-    full_buffer_entries_lost,
-    sampling_ns,
-    breakpoint_ns,
-    decode_ns,
-    segments_decoded,
-    segments_cached,
-    sp_windowed,
-    dataflow_resolved,
-    dataflow_taken,
-    dataflow_verified,
-    dataflow_mismatches,
-    dataflow_mismatched_stops,
-    revisit_hits,
-    verify_register_mismatches,
-    duplicate_traps,
-    segments,
-    emulated_steps,
-    emulation_ns,
-    checkpoints,
-    checkpoint_extra_hits,
-    checkpoint_unreached,
-    speculation_mismatch_registers,
-    speculation_mismatch_memory,
-    step_overs,
-    speculated_taken,
-    handlers_abandoned,
-    breakpoints_renewed,
-    stray_debug_traps,
-);
+breakdance_protocol::for_each_counter!(counters);
+
+/// A plain copy of [`Counters`]: the protocol's type, which summary.json
+/// and `status` carry.
+pub type CounterValues = breakdance_protocol::Counters;
 
 impl Counters {
     /// Adds one. Async-signal-safe.
@@ -112,14 +76,14 @@ impl Counters {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Takes back counts (a rewound data-flow chain). Async-signal-safe.
+    #[inline]
+    pub fn sub(counter: &AtomicU64, n: u64) {
+        counter.fetch_sub(n, Ordering::Relaxed);
+    }
+
     #[inline]
     pub fn abort(&self, reason: AbortReason) {
         self.aborts[reason as usize].fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl CounterValues {
-    pub fn aborted(&self) -> u64 {
-        self.aborts.iter().sum()
     }
 }

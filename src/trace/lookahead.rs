@@ -156,8 +156,14 @@ pub(super) fn on_breakpoint(
     t.pending = None;
     let form = pending.form;
     if regs.rip() != form.at || !pending.expected_sp.admits(regs.rsp()) {
-        if tracer.lookahead() == Lookahead::Verify && t.predictions.is_some() {
-            // The emulator's path and the thread's parted before this stop.
+        let predicted_here = t
+            .predictions
+            .as_ref()
+            .and_then(|p| p.peek())
+            .is_some_and(|p| p.at == form.at);
+        if predicted_here {
+            // The emulator predicted this stop, with its exact rsp: the
+            // thread did not come here as it said.
             Counters::bump(&c.dataflow_verified);
             Counters::bump(&c.dataflow_mismatches);
             Counters::bump(&c.dataflow_mismatched_stops);
@@ -312,7 +318,7 @@ fn record(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, from: u64, to
     };
     if !buffer.push(BranchEntry { from, to }) {
         // Cannot happen after the room check; counted, never silent.
-        Counters::bump(&slot.counters.full_buffer_entries_lost);
+        Counters::bump(&slot.counters.buffer_overflow_entries);
         end_trace(tracer, slot, t, TraceEnd::Complete);
         return true;
     }
@@ -383,7 +389,14 @@ fn follow(
                     Some(emu) if after_dataflow => emu.dataflow_hits(form.at),
                     _ => 1,
                 };
-                arm_or_end(tracer, slot, t, form, sp_at_end, hits);
+                // Verify: the emulator's exact rsp at this branch, when it
+                // predicted it, is what the stop must show (the walk's own
+                // estimate may be only near, after an alloca).
+                let expected_sp = match t.predictions.as_ref().and_then(|p| p.peek()) {
+                    Some(p) if p.at == form.at => StackPointer::Exact(p.gpr[4]),
+                    _ => sp_at_end,
+                };
+                arm_or_end(tracer, slot, t, form, expected_sp, hits);
                 return;
             }
             SegmentEnd::Fail { why, .. } => {

@@ -137,53 +137,7 @@ pub struct Pending {
     pub hits: u32,
 }
 
-/// How the tracer looks ahead from a sample (`lookahead=` in a session's
-/// options).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Lookahead {
-    /// Decoding only, one breakpoint per branch that needs the CPU state,
-    /// as in the paper.
-    Paper = 0,
-    /// The paper's walk, with the x86 core resolving ahead at each stop on
-    /// memory it may trust without a check (`lookahead.rs`).
-    Dataflow = 1,
-    /// The paper's walk, with every transfer checked against the
-    /// emulator's prediction (`dataflow_verified`, `dataflow_mismatches`,
-    /// `verify_register_mismatches` in summary.json); for testing.
-    Verify = 2,
-    /// Each trace emulated ahead from its sample and validated at one
-    /// checkpoint per segment (`crate::emulate`, `speculative.rs`).
-    Emulate = 3,
-}
-
-impl Lookahead {
-    pub const ALL: [Lookahead; 4] = [
-        Lookahead::Paper,
-        Lookahead::Dataflow,
-        Lookahead::Emulate,
-        Lookahead::Verify,
-    ];
-
-    /// The name in options and summary.json.
-    pub fn name(self) -> &'static str {
-        match self {
-            Lookahead::Paper => "paper",
-            Lookahead::Dataflow => "dataflow",
-            Lookahead::Emulate => "emulate",
-            Lookahead::Verify => "verify",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Lookahead> {
-        Lookahead::ALL.into_iter().find(|m| m.name() == name)
-    }
-
-    /// Whether threads need an emulator in this mode.
-    pub fn emulates(self) -> bool {
-        self != Lookahead::Paper
-    }
-}
+pub use breakdance_protocol::Lookahead;
 
 /// What a traced thread's handlers work on. Owned by whoever holds the
 /// slot (see the module doc).

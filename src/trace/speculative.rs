@@ -191,7 +191,7 @@ pub(super) fn on_breakpoint(
                     t.committed = None;
                     let open = t.buffer.as_ref().map_or(0, |b| b.open_len());
                     Counters::add(&c.entries_recorded, (open - committed) as u64);
-                    Counters::add(&c.speculated_taken, (open - committed) as u64);
+                    Counters::add(&c.validated_entries, (open - committed) as u64);
                     match segment_end {
                         SegmentEnd::Complete => end(tracer, slot, t, TraceEnd::Complete),
                         SegmentEnd::Continue => advance(tracer, slot, t, true),

@@ -118,7 +118,7 @@ pub fn record(
     record_with(tracer, out, period_ns, &[], program, args, envs)
 }
 
-/// As `record`, with more `profiler-ctl record` options (`--dataflow off`).
+/// As `record`, with more `profiler-ctl record` options (`--lookahead paper`).
 pub fn record_with(
     tracer: &Tracer,
     out: &Path,

@@ -18,6 +18,16 @@ pub(crate) const fn mask(size: usize) -> u64 {
     }
 }
 
+/// The `n` lowest bits set (all 64 for `n` ≥ 64).
+#[inline(always)]
+pub(crate) const fn low_bits(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1 << n) - 1
+    }
+}
+
 /// Sign-extends the low `size` bytes of `v`.
 #[inline(always)]
 pub(crate) const fn sext(v: u64, size: usize) -> u64 {

@@ -14,14 +14,13 @@
 //! from Debian's sources, and `workloads/resonance.c`. Everything is built
 //! with `musl-gcc -static -O2`. Outputs: CSV, markdown and SVG in `out_dir`.
 
-mod svg;
-
 use crate::emu::syscall::Process;
 use crate::instrument::Variant;
 use crate::profile::{self, EdgeProfile};
 use crate::timing::{self, Config, Report};
 use crate::workload::{self, Compiler};
 use anyhow::{Context, Result};
+use breakdance_charts::{BarChart, LineChart, Series};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -225,23 +224,25 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
                 alt_c / alt_b
             );
             let [counter_pts, brr_pts] = series;
-            let chart = svg::log_log_chart(
-                &format!("{}: instrumentation overhead per site", w.name),
-                "sampling interval",
-                "cycles per site execution",
-                &[
-                    svg::Series {
+            let chart = LineChart {
+                title: format!("{}: instrumentation overhead per site", w.name),
+                x_label: "sampling interval".into(),
+                y_label: "cycles per site execution".into(),
+                x_log: true,
+                y_log: true,
+                series: vec![
+                    Series {
                         name: "counter-based".into(),
                         points: counter_pts,
-                        dashed: false,
                     },
-                    svg::Series {
+                    Series {
                         name: "brr".into(),
                         points: brr_pts,
-                        dashed: false,
                     },
                 ],
-            );
+                ..LineChart::default()
+            }
+            .render();
             write(out_dir, &format!("overhead-{}.svg", w.name), &chart)?;
         }
 
@@ -301,7 +302,7 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
     );
     let _ = writeln!(md, "| workload | interval | counter overlap | counter samples | brr overlap | brr samples |\n|---|---:|---:|---:|---:|---:|");
     let mut categories = Vec::new();
-    let mut bars: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut bars: Vec<(String, Vec<Option<f64>>)> = Vec::new();
     for &i in &accuracy_intervals {
         for scheme in ["counter", "brr"] {
             bars.push((format!("{scheme} 2^{}", i.trailing_zeros()), Vec::new()));
@@ -330,20 +331,22 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
                 b.5,
                 b.6
             );
-            bars[2 * k].1.push(c.3);
-            bars[2 * k + 1].1.push(b.3);
+            bars[2 * k].1.push(Some(c.3));
+            bars[2 * k + 1].1.push(Some(b.3));
         }
     }
     md.push('\n');
     write(
         out_dir,
         "accuracy.svg",
-        &svg::bar_chart(
-            "Edge-profile overlap with the exact profile",
-            "overlap",
-            &categories,
-            &bars,
-        ),
+        &BarChart {
+            title: "Edge-profile overlap with the exact profile".into(),
+            y_label: "overlap".into(),
+            categories,
+            series: bars,
+            ..BarChart::default()
+        }
+        .render(),
     )?;
     md.push_str(&lfsr_section());
     md.push_str(NOT_DONE);

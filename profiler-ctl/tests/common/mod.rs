@@ -136,9 +136,7 @@ pub fn run_bounded(command: &mut Command, what: &str) -> std::process::Output {
 
 /// `program` found on PATH, without symlinks (as profiler-ctl names it).
 pub fn resolve(program: &str) -> PathBuf {
-    env::split_paths(&env::var_os("PATH").unwrap_or_default())
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
+    bench_harness::tools::find(program)
         .and_then(|p| fs::canonicalize(p).ok())
         .unwrap_or_else(|| panic!("{program} is not on PATH"))
 }

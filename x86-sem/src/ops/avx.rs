@@ -10,7 +10,7 @@
 //! of arithmetic and of comparisons into a mask register alike).
 
 use super::{ea, reg, set_sized, Flow};
-use crate::flags::mask;
+use crate::flags::{low_bits as elements, mask};
 use crate::insn::{Insn, BROADCAST, KREG, MEM, VEC, ZEROING};
 use crate::mem::Memory;
 use crate::regs::Registers;
@@ -68,16 +68,6 @@ fn writemask<X: Machine>(x: &X, i: &Insn) -> u64 {
         u64::MAX
     } else {
         x.regs().k(usize::from(i.kmask))
-    }
-}
-
-/// The mask bits of `count` elements.
-#[inline(always)]
-const fn elements(count: usize) -> u64 {
-    if count >= 64 {
-        u64::MAX
-    } else {
-        (1 << count) - 1
     }
 }
 

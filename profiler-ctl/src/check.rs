@@ -1,0 +1,230 @@
+//! `profiler-ctl check BINARY [DIR]`: the mistakes that leave an AutoFDO
+//! profile empty or useless without a word, each found from the file
+//! itself (and the recording in DIR), each told with its fix.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use breakdance_protocol::{Summary, PERF_SCRIPT_FILE};
+
+use crate::elf::{Binary, Facts};
+use crate::profgen;
+
+/// One problem: what is wrong and why it matters, and the exact flag or
+/// command that fixes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub cause: String,
+    pub fix: String,
+}
+
+fn finding(cause: impl Into<String>, fix: impl Into<String>) -> Finding {
+    Finding {
+        cause: cause.into(),
+        fix: fix.into(),
+    }
+}
+
+/// The build flags every fix starts from.
+const PROFILE_FLAGS: &str = "-gdwarf-4 -fdebug-info-for-profiling";
+
+/// What the file alone says.
+fn file_findings(binary: &Path, facts: &Facts) -> Vec<Finding> {
+    let shown = binary.display();
+    let mut found = Vec::new();
+    if !facts.has_debug_info {
+        let separate = facts.debuglink.as_ref().map(|name| {
+            format!(
+                "; its debug info went to {name}: pass that file to \
+                 llvm-profgen-19 --debug-binary=PATH/{name}"
+            )
+        });
+        if !facts.has_symtab {
+            found.push(finding(
+                "stripped: no symbol table and no debug info, so no profile can name a function",
+                format!(
+                    "build without -s and do not strip it (keep a debug copy with \
+                     `objcopy --only-keep-debug {shown} {shown}.debug` if you ship it stripped){}",
+                    separate.unwrap_or_default()
+                ),
+            ));
+        } else {
+            found.push(finding(
+                "no debug info: built without -g, so llvm-profgen and create_llvm_prof \
+                 cannot map samples to source lines",
+                format!(
+                    "rebuild with -g: clang-19 -O2 {PROFILE_FLAGS}{}",
+                    separate.unwrap_or_default()
+                ),
+            ));
+        }
+        return found;
+    }
+    if !facts.has_discriminators && facts.split_lines > 0 {
+        found.push(finding(
+            format!(
+                "no discriminators: built without -fdebug-info-for-profiling, so the profile \
+                 cannot tell apart the blocks of the {} source lines whose code is split",
+                facts.split_lines
+            ),
+            "rebuild with -fdebug-info-for-profiling",
+        ));
+    }
+    if let Some((_, highest)) = facts.dwarf_versions {
+        if highest >= 5 {
+            found.push(finding(
+                format!(
+                    "DWARF {highest}: create_llvm_prof 0.19 reads DWARF 4 only and writes an \
+                     empty profile (llvm-profgen-19 reads it)"
+                ),
+                "rebuild with -gdwarf-4",
+            ));
+        }
+    }
+    found
+}
+
+/// What the recording in `dir` says about this build of the file.
+/// `estimate`: llvm-profgen's more-samples factor when a run of it for
+/// this file and recording already gave it.
+fn recording_findings(
+    binary: &Binary,
+    facts: &Facts,
+    dir: &Path,
+    estimate: Option<Option<f64>>,
+) -> Result<Vec<Finding>> {
+    let shown = binary.path.display();
+    let record_again = format!(
+        "profiler-ctl record -o {} -- {shown} ARGS...",
+        dir.display()
+    );
+    let Some(summary) = Summary::load(dir)? else {
+        return Ok(vec![finding(
+            format!(
+                "{} has no summary.json: it is not a finished recording",
+                dir.display()
+            ),
+            record_again,
+        )]);
+    };
+    let Some(build_id) = &facts.build_id else {
+        return Ok(vec![finding(
+            "no build id: nothing can tell whether the recording is of this build",
+            "link with -Wl,--build-id",
+        )]);
+    };
+    let Some(module) = summary.module_by_build_id(build_id) else {
+        let name = binary.path.file_name();
+        let same_name = summary.modules.iter().find(|m| m.path.file_name() == name);
+        return Ok(vec![match same_name {
+            Some(m) => finding(
+                format!(
+                    "build-id mismatch: {} recorded {} with build id {}, this file has {build_id} \
+                     (rebuilt since?), so its addresses do not match the recording",
+                    dir.display(),
+                    m.path.display(),
+                    m.build_id.as_deref().unwrap_or("none")
+                ),
+                format!("record this build again: {record_again}"),
+            ),
+            None => finding(
+                format!(
+                    "{} holds no samples in this file (build id {build_id}); it has samples in: {}",
+                    dir.display(),
+                    summary
+                        .modules
+                        .iter()
+                        .map(|m| m.path.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                record_again,
+            ),
+        }]);
+    };
+    if !facts.has_debug_info {
+        return Ok(Vec::new());
+    }
+    // llvm-profgen's own estimate of whether the samples are enough for
+    // the code they cover.
+    let estimate = match estimate {
+        Some(known) => Ok(known),
+        None => {
+            let scratch = std::env::temp_dir()
+                .join(format!("profiler-ctl-check-{}.prof", std::process::id()));
+            let generated = profgen::generate(&dir.join(PERF_SCRIPT_FILE), &binary.path, &scratch);
+            let _ = std::fs::remove_file(&scratch);
+            generated.map(|g| g.more_samples)
+        }
+    };
+    Ok(match estimate {
+        Ok(more_samples) => more_samples
+            .map(|factor| {
+                finding(
+                    format!(
+                        "too few samples: llvm-profgen estimates the profile needs {factor}x more \
+                         for {} bytes of code ({} branches recorded in it, {} traces in all)",
+                        facts.code_size, module.branches, summary.counters.traces_completed
+                    ),
+                    format!(
+                        "sample more often or run longer: profiler-ctl record -c {} -o {} -- \
+                         {shown} ARGS...",
+                        (summary
+                            .config
+                            .period
+                            .unwrap_or(breakdance_protocol::DEFAULT_CLOCK_PERIOD_NS)
+                            as f64
+                            / factor.max(1.0))
+                        .ceil() as u64,
+                        dir.display()
+                    ),
+                )
+            })
+            .into_iter()
+            .collect(),
+        Err(e) => vec![finding(
+            format!("cannot estimate whether the samples suffice: {e:#}"),
+            "apt-get install llvm-19 (or scripts/install-deps.sh)",
+        )],
+    })
+}
+
+/// Every finding for `binary`, with the recording `dir` when given.
+pub fn run(binary: &Path, dir: Option<&Path>) -> Result<Vec<Finding>> {
+    run_knowing(binary, dir, None)
+}
+
+/// [`run`], with llvm-profgen's estimate for `binary` and `dir` when a run
+/// of it already gave one (`record --profgen`), so it is not run twice.
+pub fn run_knowing(
+    binary: &Path,
+    dir: Option<&Path>,
+    estimate: Option<Option<f64>>,
+) -> Result<Vec<Finding>> {
+    let file = Binary::open(binary)?;
+    let facts = file.facts()?;
+    let mut found = file_findings(binary, &facts);
+    if let Some(dir) = dir {
+        found.extend(recording_findings(&file, &facts, dir, estimate)?);
+    }
+    Ok(found)
+}
+
+/// One line per finding: `check: BINARY: CAUSE; fix: FIX`.
+pub fn render(binary: &Path, findings: &[Finding]) -> String {
+    let mut out = String::new();
+    if findings.is_empty() {
+        let _ = writeln!(out, "check: {}: ready for AutoFDO", binary.display());
+    }
+    for f in findings {
+        let _ = writeln!(
+            out,
+            "check: {}: {}; fix: {}",
+            binary.display(),
+            f.cause,
+            f.fix
+        );
+    }
+    out
+}

@@ -1,0 +1,382 @@
+//! The session's counters, each declared once.
+//!
+//! [`for_each_counter!`] is the one list of the session's counters: the
+//! events the handlers count and every drop, wherever it happens. It
+//! generates [`Counters`] here (the plain values that summary.json and the
+//! `status` reply carry: counts at the top level under their own names,
+//! drops together in `drops`) and, in the library, the per-thread atomic
+//! counters the handlers bump. Adding a counter is one line in that list;
+//! the library, summary.json, `status`, profiler-ctl and bench-harness all
+//! follow. Counts by reason are declared the same way, once, with
+//! `reasons!`.
+
+use std::ops::AddAssign;
+
+use serde::{Deserialize, Serialize};
+
+/// What a counter measures, for readers that group counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CounterKind {
+    /// Events.
+    Count,
+    /// Nanoseconds spent.
+    Time,
+}
+
+/// Calls `$callback! { counts { $(#[doc] name: Kind,)* } drops { $(#[doc]
+/// name,)* } }` with every counter of a session. A drop is data that was
+/// collected and then lost, counted under the reason.
+#[macro_export]
+macro_rules! for_each_counter {
+    ($($callback:tt)*) => {
+        $($callback)*! {
+            counts {
+            /// Sampling signals taken.
+            samples: Count,
+            /// Traces begun at a sample.
+            traces_started: Count,
+            /// Traces that reached their length.
+            traces_completed: Count,
+            /// Traces that ended before their first entry (written nowhere).
+            traces_empty: Count,
+            /// Taken branches recorded into buffers.
+            entries_recorded: Count,
+            /// Breakpoint stops.
+            breakpoints: Count,
+            /// Direct jumps and calls followed without stopping.
+            statically_resolved: Count,
+            /// Branches evaluated against the CPU state at a stop.
+            dynamically_evaluated: Count,
+            /// Of those, the taken ones.
+            dynamic_taken: Count,
+            /// Buffers handed to the worker and replaced.
+            buffer_swaps: Count,
+            /// Time in the sampling handler.
+            sampling_ns: Time,
+            /// Time in the breakpoint handler.
+            breakpoint_ns: Time,
+            /// Of the handlers' time, decoding.
+            decode_ns: Time,
+            /// Code segments decoded.
+            segments_decoded: Count,
+            /// Code segments found in the decoded-block cache.
+            segments_cached: Count,
+            /// Stops whose stack pointer was checked against a window, not an exact value.
+            sp_windowed: Count,
+            /// Branches the data-flow model resolved without a stop.
+            dataflow_resolved: Count,
+            /// Of those, the taken ones.
+            dataflow_taken: Count,
+            /// Predictions checked at a stop (verify mode).
+            dataflow_verified: Count,
+            /// Predictions a stop contradicted.
+            dataflow_mismatches: Count,
+            /// Of those, predicted stops reached at another pc or stack
+            /// pointer than the model expected.
+            dataflow_mismatched_stops: Count,
+            /// Breakpoint hits at an address a data-flow run went through,
+            /// before the hit the breakpoint was set for.
+            revisit_hits: Count,
+            /// Verify mode: stops where the registers were not the ones the
+            /// emulator predicted (the target agreed).
+            verify_register_mismatches: Count,
+            /// A second SIGTRAP for a stop already taken (same pc, same
+            /// registers), dropped.
+            duplicate_traps: Count,
+            /// Emulate mode: segments emulated (each validated, or not, at
+            /// one checkpoint).
+            segments: Count,
+            /// Emulate mode: instructions emulated (a rep string
+            /// instruction counts once per step of up to 256 iterations).
+            emulated_steps: Count,
+            /// Emulate mode: of the handlers' time, emulating.
+            emulation_ns: Time,
+            /// Emulate mode: checkpoints reached and compared.
+            checkpoints: Count,
+            /// Emulate mode: breakpoint hits at a checkpoint's address before
+            /// the one the prediction was for (a segment that went round a
+            /// loop).
+            checkpoint_extra_hits: Count,
+            /// Emulate mode: segments dropped because the next sample came
+            /// first (or the session stopped, or the thread ended).
+            checkpoint_unreached: Count,
+            /// Emulate mode: checkpoints where a register differed from the
+            /// prediction (the segment's entries were dropped).
+            speculation_mismatch_registers: Count,
+            /// Emulate mode: checkpoints where a memory word the segment
+            /// read or wrote held another value (entries dropped).
+            speculation_mismatch_memory: Count,
+            /// Emulate mode: instructions left to the CPU (a syscall,
+            /// cpuid, an instruction the emulator lacks) with a breakpoint
+            /// after them.
+            step_overs: Count,
+            /// Emulate mode: taken branches validated at a checkpoint (all
+            /// of `entries_recorded` in that mode).
+            validated_entries: Count,
+            /// Handlers left half-way by an application's longjmp, taken
+            /// back by the thread's next handler.
+            handlers_abandoned: Count,
+            /// Breakpoint events replaced after a late hit or an abandoned
+            /// handler.
+            breakpoints_renewed: Count,
+            /// Debug exceptions at the tracer's breakpoint the kernel could
+            /// not attribute, dropped instead of passed to the application.
+            stray_debug_traps: Count,
+            }
+            drops {
+            /// Samples dropped because no free buffer was left.
+            no_free_buffer,
+            /// Entries lost because a trace outgrew its buffer.
+            buffer_overflow_entries,
+            /// Threads not traced because the thread table was full.
+            thread_table_full,
+            /// Traces the aggregate's table had no room for.
+            trace_table_full,
+            /// The taken branches of those traces.
+            trace_table_full_entries,
+            }
+        }
+    };
+}
+
+macro_rules! define_counters {
+    (
+        counts { $($(#[$doc:meta])* $name:ident: $kind:ident,)* }
+        drops { $($(#[$drop_doc:meta])* $drop:ident,)* }
+    ) => {
+        /// The counters of a session (or of one thread). Missing counters
+        /// read as 0, so a reader accepts a summary written before a
+        /// counter existed.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct Counters {
+            $($(#[$doc])* pub $name: u64,)*
+            /// Data collected and then lost, by reason.
+            pub drops: Drops,
+            /// Traces that ended early, by reason.
+            pub aborts: Aborts,
+        }
+
+        /// Data collected and then lost, by reason.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct Drops {
+            $($(#[$drop_doc])* pub $drop: u64,)*
+        }
+
+        impl Counters {
+            /// The counts (not the drops nor the aborts): name, kind, value,
+            /// in declaration order.
+            pub fn entries(&self) -> Vec<(&'static str, CounterKind, u64)> {
+                vec![$((stringify!($name), CounterKind::$kind, self.$name),)*]
+            }
+        }
+
+        impl Drops {
+            /// (reason, count), in declaration order.
+            pub fn entries(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($drop), self.$drop),)*]
+            }
+
+            pub fn total(&self) -> u64 {
+                0 $(+ self.$drop)*
+            }
+        }
+
+        impl AddAssign for Counters {
+            fn add_assign(&mut self, o: Counters) {
+                $(self.$name += o.$name;)*
+                $(self.drops.$drop += o.drops.$drop;)*
+                self.aborts += o.aborts;
+            }
+        }
+    };
+}
+
+for_each_counter!(define_counters);
+
+impl Counters {
+    /// Traces that ended early, for any reason.
+    pub fn aborted(&self) -> u64 {
+        self.aborts.total()
+    }
+}
+
+/// Declares an enum of reasons and a struct counting each, with the
+/// reason's summary.json name as the field name.
+macro_rules! reasons {
+    (
+        $(#[$enum_doc:meta])* $enum:ident;
+        $(#[$counts_doc:meta])* $counts:ident;
+        $($(#[$doc:meta])* $variant:ident => $name:ident,)*
+    ) => {
+        $(#[$enum_doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum $enum {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl $enum {
+            pub const ALL: [$enum; [$(stringify!($name)),*].len()] = [$($enum::$variant),*];
+            pub const COUNT: usize = Self::ALL.len();
+
+            /// The name in summary.json.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($enum::$variant => stringify!($name),)*
+                }
+            }
+        }
+
+        $(#[$counts_doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct $counts {
+            $(pub $name: u64,)*
+        }
+
+        impl $counts {
+            pub fn get(&self, reason: $enum) -> u64 {
+                match reason {
+                    $($enum::$variant => self.$name,)*
+                }
+            }
+
+            pub fn get_mut(&mut self, reason: $enum) -> &mut u64 {
+                match reason {
+                    $($enum::$variant => &mut self.$name,)*
+                }
+            }
+
+            pub fn from_fn(mut f: impl FnMut($enum) -> u64) -> $counts {
+                $counts {
+                    $($name: f($enum::$variant),)*
+                }
+            }
+
+            /// (reason, count) for every reason, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = ($enum, u64)> + '_ {
+                $enum::ALL.into_iter().map(|r| (r, self.get(r)))
+            }
+
+            pub fn total(&self) -> u64 {
+                self.iter().map(|(_, n)| n).sum()
+            }
+        }
+
+        impl AddAssign for $counts {
+            fn add_assign(&mut self, o: $counts) {
+                $(self.$name += o.$name;)*
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Why a trace ended early. Each reason has a counter in summary.json.
+    AbortReason;
+    /// Traces that ended early, by reason.
+    Aborts;
+    /// Breakpoint address inside an rseq critical section.
+    Rseq => rseq,
+    /// The breakpoint was hit with another stack pointer than expected
+    /// (reached from a signal handler or a deeper frame).
+    SpMismatch => sp_mismatch,
+    /// The handler ran at a pc that is not the breakpoint's.
+    PcMismatch => pc_mismatch,
+    /// An instruction the look-ahead does not follow.
+    UnsupportedInstruction => unsupported_instruction,
+    /// Code outside the known executable file mappings (the vDSO included).
+    OutsideMappings => outside_mappings,
+    /// No transfer within the look-ahead limit.
+    LookaheadLimit => lookahead_limit,
+    /// A syscall that may not return to the next instruction.
+    Syscall => syscall,
+    /// The thread exited with a trace open.
+    ThreadExit => thread_exit,
+    /// The session stopped with a trace open.
+    SessionStop => session_stop,
+    /// The breakpoint could not be set (the ioctl failed).
+    BreakpointFailed => breakpoint_failed,
+    /// Emulate mode: at a checkpoint the thread's state was not the
+    /// predicted one (registers or a logged memory word).
+    SpeculationMismatch => speculation_mismatch,
+    /// Emulate mode: the next sample came before the checkpoint was hit.
+    CheckpointUnreached => checkpoint_unreached,
+    /// Emulate mode: the next instruction faults (the program's own fault).
+    EmulationFault => emulation_fault,
+    /// The handler following the trace never returned (an application
+    /// signal handler run inside it left by longjmp); the next handler of
+    /// the thread ended the trace.
+    HandlerAbandoned => handler_abandoned,
+}
+
+/// What the library met of its host program and survived.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Host {
+    /// Handlers left half-way by an application's longjmp, taken back by
+    /// the thread's next handler.
+    pub handlers_abandoned: u64,
+    /// Slots a closer gave up waiting for (a handler still running, or
+    /// abandoned, after the wait).
+    pub slots_busy_at_stop: u64,
+    /// Stuck slots whose sampling the worker re-armed.
+    pub stuck_slots_poked: u64,
+    /// Threads that closed their own slot as they ended.
+    pub threads_exited: u64,
+    /// Slots of threads that ended without closing them, closed by the
+    /// worker's sweep.
+    pub threads_gone: u64,
+    /// Lookups in the handler's mapping table that gave up while it was
+    /// being replaced.
+    pub exec_map_lookups_given_up: u64,
+    /// Breakpoint events replaced after a hit delivered late (the thread
+    /// had SIGTRAP blocked) or an abandoned handler.
+    pub breakpoints_renewed: u64,
+    /// Debug exceptions at the tracer's breakpoint that the kernel could
+    /// not attribute, dropped instead of passed to the application.
+    pub stray_debug_traps: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_flat_and_named_once() {
+        let mut c = Counters {
+            samples: 3,
+            ..Default::default()
+        };
+        c.drops.no_free_buffer = 1;
+        *c.aborts.get_mut(AbortReason::SpMismatch) += 2;
+        let v = serde_json::to_value(c).unwrap();
+        assert_eq!(v["samples"], 3);
+        assert_eq!(v["drops"]["no_free_buffer"], 1);
+        assert_eq!(v["aborts"]["sp_mismatch"], 2);
+        let times: Vec<_> = c
+            .entries()
+            .into_iter()
+            .filter(|(_, k, _)| *k == CounterKind::Time)
+            .map(|(n, _, _)| n)
+            .collect();
+        assert_eq!(times, ["sampling_ns", "breakpoint_ns", "decode_ns"]);
+        let mut sum = c;
+        sum += c;
+        assert_eq!((sum.samples, sum.aborted(), sum.drops.total()), (6, 4, 2));
+        // A counter the reader does not know of yet reads as 0.
+        let old: Counters = serde_json::from_str(r#"{"samples": 5}"#).unwrap();
+        assert_eq!((old.samples, old.breakpoints), (5, 0));
+    }
+
+    #[test]
+    fn reasons_have_stable_names() {
+        assert_eq!(AbortReason::COUNT, 11);
+        assert_eq!(AbortReason::ALL[2].name(), "pc_mismatch");
+        let a = Aborts::from_fn(|r| r as u64);
+        assert_eq!(a.get(AbortReason::BreakpointFailed), 9);
+        assert_eq!(a.total(), 55);
+    }
+}

@@ -1,0 +1,28 @@
+//! What the parts of breakdance say to each other.
+//!
+//! One crate owns every format that crosses a process boundary, so the
+//! library that writes them and the tools that read them cannot drift
+//! apart:
+//! - [`Summary`]: summary.json, written by the library when a session
+//!   stops, read by profiler-ctl and bench-harness;
+//! - [`Request`], [`StatusReply`]: the control socket's
+//!   messages;
+//! - [`SessionOptions`] and the constants a session is configured with
+//!   (trace length, events, look-ahead modes, default paths), shared by the
+//!   library's parser and profiler-ctl's command line.
+//!
+//! The crate is on the ground floor: it imports nothing of the tracer.
+
+mod control;
+mod counters;
+mod options;
+mod summary;
+
+pub use control::{Request, RequestError, StatusReply};
+pub use counters::{AbortReason, Aborts, CounterKind, Counters, Drops, Host};
+pub use options::{
+    Event, Lookahead, OptionError, SessionOptions, StopOptions, DEFAULT_BRANCH_PERIOD,
+    DEFAULT_CLOCK_PERIOD_NS, DEFAULT_LBR, DEFAULT_OUTPUT, DEFAULT_TIMEOUT_SECS, ENV_VARIABLES,
+    LIBRARY_FILE, MAX_LBR, PERF_SCRIPT_FILE, SUMMARY_FILE,
+};
+pub use summary::{ModuleSummary, SchemaError, SessionConfig, Summary, SCHEMA_VERSION};
