@@ -1,7 +1,8 @@
 //! `fdo`: what breakdance's profiles are worth to the compiler (the paper's
 //! Figure 7). Per source-built workload: the `-O2` baseline; AutoFDO from
-//! our trace through llvm-profgen-19 and through create_llvm_prof; AutoFDO
-//! from the exact callgrind counts (what a perfect LBR would give); and
+//! our traces through llvm-profgen-19, recorded with the paper's look-ahead
+//! and with emulate-ahead; through create_llvm_prof (emulate); AutoFDO from
+//! the exact callgrind counts (what a perfect LBR would give); and
 //! instrumented PGO as the upper anchor. Profiles come from the training
 //! input; times from the evaluation input, interleaved rounds.
 
@@ -14,6 +15,7 @@ use crate::workloads::{self, Input, Workload, Workspace};
 use crate::Options;
 use anyhow::{bail, Context, Result};
 use breakdance_charts::BarChart;
+use breakdance_protocol::Lookahead;
 use std::path::{Path, PathBuf};
 
 /// Sampling period of the training runs: the fastest rate of `overhead`.
@@ -24,10 +26,11 @@ const QUICK_TRAIN_RUNS: usize = 1;
 const ROUNDS: usize = 7;
 const QUICK_ROUNDS: usize = 3;
 
-const VARIANTS: [&str; 5] = [
+const VARIANTS: [&str; 6] = [
     "baseline -O2",
-    "AutoFDO, ours via llvm-profgen",
-    "AutoFDO, ours via create_llvm_prof",
+    "AutoFDO, ours (paper) via llvm-profgen",
+    "AutoFDO, ours (emulate) via llvm-profgen",
+    "AutoFDO, ours (emulate) via create_llvm_prof",
     "AutoFDO, exact (callgrind)",
     "instrumented PGO",
 ];
@@ -67,25 +70,33 @@ pub fn run(opts: &Options) -> Result<usize> {
         let dir = ws.cache.join("runs").join("fdo").join(name);
         std::fs::create_dir_all(&dir)?;
         let mut binaries: Vec<Option<PathBuf>> = vec![Some(w.binary.clone())];
-        let steps: [(&str, BuildStep); 4] = [
+        let steps: [(&str, BuildStep); 5] = [
             (
                 VARIANTS[1],
                 Box::new(|| {
                     let t = tracer.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
-                    let prof = profgen_profile(t, &w, &dir, train_runs)?;
-                    sample_use_build(&ws, &w, "afdo-profgen", &prof)
+                    let prof = profgen_profile(t, &w, &dir, train_runs, Lookahead::Paper)?;
+                    sample_use_build(&ws, &w, "afdo-profgen-paper", &prof)
                 }),
             ),
             (
                 VARIANTS[2],
                 Box::new(|| {
                     let t = tracer.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
-                    let prof = clp_profile(t, &w, &dir, train_runs)?;
-                    sample_use_build(&ws, &w, "afdo-clp", &prof)
+                    let prof = profgen_profile(t, &w, &dir, train_runs, Lookahead::Emulate)?;
+                    sample_use_build(&ws, &w, "afdo-profgen-emulate", &prof)
                 }),
             ),
             (
                 VARIANTS[3],
+                Box::new(|| {
+                    let t = tracer.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+                    let prof = clp_profile(t, &w, &dir, train_runs, Lookahead::Emulate)?;
+                    sample_use_build(&ws, &w, "afdo-clp", &prof)
+                }),
+            ),
+            (
+                VARIANTS[4],
                 Box::new(|| {
                     let r = quality::reference(&ws, &w, Input::Train)?;
                     let txt = dir.join("exact.afdo.txt");
@@ -95,7 +106,7 @@ pub fn run(opts: &Options) -> Result<usize> {
                     sample_use_build(&ws, &w, "afdo-exact", &prof)
                 }),
             ),
-            (VARIANTS[4], Box::new(|| instrumented_pgo(&ws, &w, &dir))),
+            (VARIANTS[5], Box::new(|| instrumented_pgo(&ws, &w, &dir))),
         ];
         for (label, step) in &steps {
             eprintln!("[fdo] {name}: {label}");
@@ -114,23 +125,35 @@ pub fn run(opts: &Options) -> Result<usize> {
     rep.finish()
 }
 
-/// Profiled training runs on the baseline binary, into `dir/train-N/`.
-fn train(t: &Tracer, w: &Workload, dir: &Path, runs: usize) -> Result<Vec<PathBuf>> {
+/// Profiled training runs on the baseline binary in look-ahead `mode`, into
+/// `dir/train-MODE-N/`.
+fn train(t: &Tracer, w: &Workload, dir: &Path, runs: usize, mode: Lookahead) -> Result<Vec<PathBuf>> {
     (0..runs)
         .map(|i| {
-            let out = dir.join(format!("train-{i}"));
-            t.record_run(&w.command(Input::Train), PERIOD_NS, &out)?;
+            let out = dir.join(format!("train-{mode}-{i}"));
+            t.record_run_with(
+                &w.command(Input::Train),
+                PERIOD_NS,
+                &out,
+                &["--lookahead", mode.name()],
+            )?;
             Ok(out)
         })
         .collect()
 }
 
 /// llvm-profgen-19 per training run, merged with llvm-profdata.
-fn profgen_profile(t: &Tracer, w: &Workload, dir: &Path, runs: usize) -> Result<PathBuf> {
+fn profgen_profile(
+    t: &Tracer,
+    w: &Workload,
+    dir: &Path,
+    runs: usize,
+    mode: Lookahead,
+) -> Result<PathBuf> {
     let profgen = runner::require_tool("llvm-profgen-19", "llvm-19")?;
     let profdata = runner::require_tool("llvm-profdata-19", "llvm-19")?;
     let mut parts = Vec::new();
-    for out in train(t, w, dir, runs)? {
+    for out in train(t, w, dir, runs, mode)? {
         let prof = out.join("profgen.prof");
         runner::run(
             &Cmd::new(&profgen)
@@ -143,7 +166,7 @@ fn profgen_profile(t: &Tracer, w: &Workload, dir: &Path, runs: usize) -> Result<
         )?;
         parts.push(prof);
     }
-    let merged = dir.join("profgen.prof");
+    let merged = dir.join(format!("profgen-{mode}.prof"));
     runner::run(
         &Cmd::new(profdata)
             .args(["merge", "--sample", "-o"])
@@ -155,10 +178,16 @@ fn profgen_profile(t: &Tracer, w: &Workload, dir: &Path, runs: usize) -> Result<
 
 /// The tracer's AutoFDO text of each training run, merged, through
 /// create_llvm_prof.
-fn clp_profile(t: &Tracer, w: &Workload, dir: &Path, runs: usize) -> Result<PathBuf> {
+fn clp_profile(
+    t: &Tracer,
+    w: &Workload,
+    dir: &Path,
+    runs: usize,
+    mode: Lookahead,
+) -> Result<PathBuf> {
     let module =
         bench_harness::elf::ElfModule::load(&w.binary).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let files = train(t, w, dir, runs)?
+    let files = train(t, w, dir, runs, mode)?
         .iter()
         .map(|out| autofdo::tracer_afdo(out, &module))
         .collect::<Result<Vec<_>>>()?;

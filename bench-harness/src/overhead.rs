@@ -1,7 +1,9 @@
 //! `overhead`: wall and CPU time of each workload native, with the library
-//! loaded but idle, and profiled at several task-clock periods (the paper's
-//! Table 1); the tracer's own cost breakdown (Figure 3); and the branch
-//! factors t, s and t/(1−s) (Figure 4, §3.1).
+//! loaded but idle, and profiled at several task-clock periods in each
+//! look-ahead mode (paper, dataflow, emulate) side by side (the paper's
+//! Table 1); the tracer's own cost breakdown, emulation included (Figure 3);
+//! the cost of a trace in each mode (stops, time, emulation rates); and the
+//! branch factors t, s and t/(1−s) of the paper's algorithm (Figure 4, §3.1).
 
 use crate::profiler::{Summary, Tracer};
 use crate::report::{fmt, geomean, median, spread, Report, Table};
@@ -10,10 +12,13 @@ use crate::workloads::{self, Input, Workload, Workspace};
 use crate::Options;
 use anyhow::Result;
 use breakdance_charts::{BarChart, LineChart, Series};
+use breakdance_protocol::Lookahead;
 
 /// Task-clock periods (ns) of the full run: 1 ms to 30 ms, a 30× span.
 const PERIODS: [u64; 4] = [1_000_000, 3_000_000, 10_000_000, 30_000_000];
-const QUICK_PERIODS: [u64; 2] = [1_000_000, 4_000_000];
+const QUICK_PERIODS: [u64; 1] = [1_000_000];
+/// The modes measured side by side (verify is a check, not a way to run).
+const MODES: [Lookahead; 3] = [Lookahead::Paper, Lookahead::Dataflow, Lookahead::Emulate];
 const RUNS: usize = 5;
 const QUICK_RUNS: usize = 3;
 
@@ -22,7 +27,7 @@ const QUICK_RUNS: usize = 3;
 enum Config {
     Native,
     LoadedIdle,
-    Profiled(u64),
+    Profiled(u64, Lookahead),
 }
 
 impl Config {
@@ -30,7 +35,7 @@ impl Config {
         match self {
             Config::Native => "native".into(),
             Config::LoadedIdle => "loaded, off".into(),
-            Config::Profiled(p) => format!("{} ms", fmt(p as f64 / 1e6, 0)),
+            Config::Profiled(p, m) => format!("{} ms {m}", fmt(p as f64 / 1e6, 0)),
         }
     }
 }
@@ -59,7 +64,9 @@ pub fn run(opts: &Options) -> Result<usize> {
     let mut configs = vec![Config::Native];
     if tracer.is_ok() {
         configs.push(Config::LoadedIdle);
-        configs.extend(periods.iter().map(|&p| Config::Profiled(p)));
+        for &p in periods {
+            configs.extend(MODES.iter().map(|&m| Config::Profiled(p, m)));
+        }
     }
     let mut all = Vec::new();
     for kind in workloads::kinds(opts.quick) {
@@ -81,9 +88,11 @@ pub fn run(opts: &Options) -> Result<usize> {
     write_raw(&mut rep, &all, &configs)?;
     write_table1(&mut rep, &all, &configs)?;
     write_breakdown(&mut rep, &all, &configs)?;
+    write_trace_cost(&mut rep, &all, &configs)?;
     write_factors(&mut rep, &all, &configs)?;
     rep.note(&format!(
-        "Interleaved rounds: {rounds}; sampling event task-clock, periods {} ms. \
+        "Interleaved rounds: {rounds}; sampling event task-clock, periods {} ms, \
+         look-ahead modes paper, dataflow and emulate. \
          Ratios are per-round profiled/native wall (and CPU) times: median (min–max).",
         periods
             .iter()
@@ -146,8 +155,8 @@ fn run_config(
     match (config, tracer) {
         (Config::Native, _) => Ok((runner::run_timed(base)?, None)),
         (Config::LoadedIdle, Some(t)) => Ok((runner::run_timed(&t.loaded_idle(base))?, None)),
-        (Config::Profiled(p), Some(t)) => {
-            let (timing, s) = t.record_run(base, p, out)?;
+        (Config::Profiled(p, m), Some(t)) => {
+            let (timing, s) = t.record_run_with(base, p, out, &["--lookahead", m.name()])?;
             Ok((timing, Some(s)))
         }
         _ => anyhow::bail!("tracer not built"),
@@ -216,15 +225,20 @@ fn write_table1(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Resul
         ("overhead_cpu_vs_rate", "CPU time", Timing::cpu_s),
     ];
     for (file, what, f) in kinds {
-        let series = all
+        // One line per mode: the geomean over workloads of the median ratio.
+        let series = MODES
             .iter()
-            .map(|m| Series {
-                name: m.name.clone(),
+            .map(|&mode| Series {
+                name: format!("{mode} (geomean)"),
                 points: configs
                     .iter()
                     .enumerate()
                     .filter_map(|(ci, c)| match c {
-                        Config::Profiled(p) => Some((1e9 / *p as f64, median(&ratios(m, ci, f)))),
+                        Config::Profiled(p, m) if *m == mode => {
+                            let per_workload: Vec<f64> =
+                                all.iter().map(|w| median(&ratios(w, ci, f))).collect();
+                            Some((1e9 / *p as f64, geomean(&per_workload)))
+                        }
                         _ => None,
                     })
                     .collect(),
@@ -266,6 +280,7 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
         "breakpoint handler %",
         "decode %",
         "sampling handler %",
+        "of the handlers, emulation %",
         "noise (negative residual) %",
         "samples/run",
         "breakpoints/run",
@@ -281,13 +296,16 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
     ];
     let mut cats = Vec::new();
     let mut segs: Vec<Vec<Option<f64>>> = vec![Vec::new(); names.len()];
-    let fastest = configs
+    let fastest_period = configs
         .iter()
-        .position(|c| matches!(c, Config::Profiled(_)));
+        .find_map(|c| match c {
+            Config::Profiled(p, _) => Some(*p),
+            _ => None,
+        });
     for m in all {
         let native = median(&m.runs[0].iter().map(Timing::cpu_s).collect::<Vec<_>>());
         for (ci, c) in configs.iter().enumerate() {
-            let (Config::Profiled(_), Some(s)) = (c, &m.summaries[ci]) else {
+            let (Config::Profiled(period, mode), Some(s)) = (c, &m.summaries[ci]) else {
                 continue;
             };
             let n = m.runs[ci].len().max(1) as f64;
@@ -312,6 +330,7 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
             let per_bp = (profiled - native) / (counts.breakpoints as f64 / n) * 1e6;
             let mut row = vec![m.name.clone(), c.label(), fmt(profiled, 3), fmt(native, 3)];
             row.extend(parts.iter().map(|&x| fmt(pct(x), 2)));
+            row.push(fmt(pct(counts.emulation_ns as f64 / n / 1e9), 2));
             row.push(fmt(pct(noise), 2));
             row.extend([
                 fmt(counts.samples as f64 / n, 0),
@@ -320,8 +339,8 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
                 fmt(per_bp, 1),
             ]);
             t.push(row);
-            if Some(ci) == fastest {
-                cats.push(m.name.clone());
+            if Some(*period) == fastest_period {
+                cats.push(format!("{} {mode}", m.name));
                 // Bars in % of native CPU time: their height is the overhead.
                 for (k, x) in parts.iter().enumerate() {
                     segs[k].push(Some(100.0 * x / native));
@@ -330,7 +349,7 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
         }
     }
     rep.table("breakdown", "Profiled CPU time by component (Figure 3)", &t)?;
-    let label = fastest.map(|i| configs[i].label()).unwrap_or_default();
+    let label = fastest_period.map_or(String::new(), |p| format!("{} ms", fmt(p as f64 / 1e6, 0)));
     let chart = BarChart {
         title: format!("Profiled CPU time by component, period {label}"),
         y_label: "% of native CPU time".into(),
@@ -340,6 +359,78 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
         y_reference: Some(100.0),
     };
     rep.plot("breakdown", &chart.render())
+}
+
+/// What a trace costs in each mode: breakpoint stops per trace, extra CPU
+/// per trace (the profiled run's CPU time beyond the native one, over its
+/// traces: median over rounds), and for emulate mode the emulator's rates:
+/// nanoseconds per emulated instruction, segments and checkpoints per
+/// trace, and the share of checkpoints that did not match or were never
+/// reached.
+fn write_trace_cost(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Result<()> {
+    let mut t = Table::new(&[
+        "workload",
+        "period",
+        "mode",
+        "traces/run",
+        "stops/trace",
+        "extra CPU/trace (µs), median (min–max)",
+        "emulated ns/instruction",
+        "instructions/segment",
+        "segments/trace",
+        "mismatched checkpoints %",
+        "unreached segments %",
+        "entries/trace",
+    ]);
+    for m in all {
+        let native: Vec<f64> = m.runs[0].iter().map(Timing::cpu_s).collect();
+        for (ci, c) in configs.iter().enumerate() {
+            let (Config::Profiled(period, mode), Some(s)) = (c, &m.summaries[ci]) else {
+                continue;
+            };
+            let k = &s.counters;
+            let n = m.runs[ci].len().max(1) as f64;
+            let traces = k.traces_started as f64 / n;
+            // Per round: (profiled − native) CPU over that run's share of traces.
+            let per_trace: Vec<f64> = m.runs[ci]
+                .iter()
+                .zip(&native)
+                .map(|(p, nat)| (p.cpu_s() - nat) / traces.max(1.0) * 1e6)
+                .collect();
+            let ratio = |a: u64, b: u64| {
+                if b == 0 {
+                    String::new()
+                } else {
+                    fmt(a as f64 / b as f64, 2)
+                }
+            };
+            let pct = |a: u64, b: u64| {
+                if b == 0 {
+                    String::new()
+                } else {
+                    fmt(100.0 * a as f64 / b as f64, 2)
+                }
+            };
+            t.push(vec![
+                m.name.clone(),
+                format!("{} ms", fmt(*period as f64 / 1e6, 0)),
+                mode.to_string(),
+                fmt(traces, 0),
+                ratio(k.breakpoints, k.traces_started),
+                spread(&per_trace),
+                ratio(k.emulation_ns, k.emulated_steps),
+                ratio(k.emulated_steps, k.segments),
+                ratio(k.segments, k.traces_started),
+                pct(
+                    k.speculation_mismatch_registers + k.speculation_mismatch_memory,
+                    k.checkpoints,
+                ),
+                pct(k.checkpoint_unreached, k.segments),
+                ratio(k.entries_recorded, k.traces_started),
+            ]);
+        }
+    }
+    rep.table("trace_cost", "What a trace costs, by look-ahead mode", &t)
 }
 
 /// Figure 4: t, s and the breakpoint usefulness factor t/(1−s).
@@ -358,7 +449,8 @@ fn write_factors(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Resu
         let mut total = Summary::default();
         let mut any = false;
         for (ci, c) in configs.iter().enumerate() {
-            if let (Config::Profiled(_), Some(s)) = (c, &m.summaries[ci]) {
+            // t and s describe the paper's walk.
+            if let (Config::Profiled(_, Lookahead::Paper), Some(s)) = (c, &m.summaries[ci]) {
                 total.add(s);
                 any = true;
             }

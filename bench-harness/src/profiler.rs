@@ -31,14 +31,9 @@ impl Tracer {
         Ok(Tracer { ctl, library })
     }
 
-    /// `cmd` under `profiler-ctl record -q -e task-clock -c PERIOD -o DIR`
-    /// (quiet: the summary and the checks that follow a run are not part of
-    /// the profiled run's cost).
-    pub fn record(&self, cmd: &Cmd, period_ns: u64, out: &Path) -> Cmd {
-        self.record_with(cmd, period_ns, out, &[])
-    }
-
-    /// As [`Tracer::record`], with more `record` options (`--lookahead verify`).
+    /// `cmd` under `profiler-ctl record` with task-clock sampling every
+    /// `period_ns`, into `out`, with more `record` options (`--lookahead
+    /// verify`).
     pub fn record_with(&self, cmd: &Cmd, period_ns: u64, out: &Path, options: &[&str]) -> Cmd {
         let mut args: Vec<OsString> = vec![
             "record".into(),
@@ -62,8 +57,19 @@ impl Tracer {
 
     /// Runs `cmd` profiled into a fresh `out` and reads its summary.
     pub fn record_run(&self, cmd: &Cmd, period_ns: u64, out: &Path) -> Result<(Timing, Summary)> {
+        self.record_run_with(cmd, period_ns, out, &[])
+    }
+
+    /// As [`Tracer::record_run`], with more `record` options.
+    pub fn record_run_with(
+        &self,
+        cmd: &Cmd,
+        period_ns: u64,
+        out: &Path,
+        options: &[&str],
+    ) -> Result<(Timing, Summary)> {
         let _ = std::fs::remove_dir_all(out);
-        let t = runner::run_timed(&self.record(cmd, period_ns, out))?;
+        let t = runner::run_timed(&self.record_with(cmd, period_ns, out, options))?;
         let s = Summary::read(out)?;
         Ok((t, s))
     }

@@ -30,6 +30,7 @@ struct Counts {
     mismatched_stops: u64,
     pc_mismatch: u64,
     sp_mismatch: u64,
+    wrong_registers: u64,
 }
 
 impl Counts {
@@ -48,12 +49,13 @@ impl Counts {
         self.mismatched_stops += c.dataflow_mismatched_stops;
         self.pc_mismatch += c.aborts.pc_mismatch;
         self.sp_mismatch += c.aborts.sp_mismatch;
+        self.wrong_registers += c.verify_register_mismatches;
         Ok(())
     }
 }
 
 pub fn run(opts: &Options) -> Result<usize> {
-    let mut rep = Report::new(&opts.results, "verify", "Data-flow look-ahead, verified")?;
+    let mut rep = Report::new(&opts.results, "verify", "The emulator's predictions, verified")?;
     let ws = Workspace {
         cache: opts.cache.clone(),
         quick: opts.quick,
@@ -76,6 +78,7 @@ pub fn run(opts: &Options) -> Result<usize> {
         "mismatches per 1000 checked",
         "of which wrong targets",
         "of which stops at another pc or sp",
+        "stops with other registers than predicted",
         "pc_mismatch ends",
         "sp_mismatch ends",
     ]);
@@ -120,6 +123,7 @@ pub fn run(opts: &Options) -> Result<usize> {
             ),
             (counts.mismatches - counts.mismatched_stops).to_string(),
             counts.mismatched_stops.to_string(),
+            counts.wrong_registers.to_string(),
             counts.pc_mismatch.to_string(),
             counts.sp_mismatch.to_string(),
         ]);
@@ -127,16 +131,17 @@ pub fn run(opts: &Options) -> Result<usize> {
     let _ = std::fs::remove_dir_all(&out);
     rep.table(
         "verify",
-        "Predictions of the data-flow model checked at a stop",
+        "Predictions of the emulator checked at a stop",
         &t,
     )?;
     rep.note(&format!(
-        "Training input, task-clock every {} ms, `--lookahead verify`: the tracer stops at \
-         every branch the model predicts and checks the prediction there. \"mismatches\" counts \
-         wrong targets (a model error) and predicted stops reached at another pc or stack \
-         pointer (the stop itself went wrong, or the stack the model expected); \
-         \"pc_mismatch ends\" and \"sp_mismatch ends\" count every trace that ended so, \
-         predicted or not.",
+        "Training input, task-clock every {} ms, `--lookahead verify`: the tracer follows the \
+         paper's walk, stopping at every branch that needs the CPU state, and checks each \
+         transfer against the x86 emulator's prediction made (on live memory) from the last \
+         stop's exact state. \"mismatches\" counts wrong targets and predicted stops reached \
+         at another pc or stack pointer; \"stops with other registers\" counts stops where \
+         the target agreed but a register or defined flag did not; \"pc_mismatch ends\" and \
+         \"sp_mismatch ends\" count every trace that ended so, predicted or not.",
         PERIOD_NS / 1_000_000
     ));
     rep.finish()

@@ -187,8 +187,8 @@ global_asm!(
 
 #[cfg(test)]
 mod tests {
-    /// The library's own mem functions, called through the symbols the
-    /// compiler uses.
+    // The library's own mem functions, called through the symbols the
+    // compiler uses.
     extern "C" {
         fn memcpy(d: *mut u8, s: *const u8, n: usize) -> *mut u8;
         fn memmove(d: *mut u8, s: *const u8, n: usize) -> *mut u8;
