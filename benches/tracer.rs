@@ -50,11 +50,12 @@ struct Run {
     decode_ns_per_decoded: f64,
     decode_ns_per_branch: f64,
     stop_us_in_handler: f64,
+    emulated_ns_per_instruction: f64,
 }
 
-fn traced_run(lbr: usize, dataflow: &str, dir: &std::path::Path) -> Run {
+fn traced_run(lbr: usize, mode: &str, dir: &std::path::Path) -> Run {
     let opts = Options::parse_words(&format!(
-        "event=task-clock period=1000000 lbr={lbr} dataflow={dataflow} out={}",
+        "event=task-clock period=1000000 lbr={lbr} lookahead={mode} out={}",
         dir.display()
     ))
     .expect("options");
@@ -76,6 +77,7 @@ fn traced_run(lbr: usize, dataflow: &str, dir: &std::path::Path) -> Run {
         decode_ns_per_decoded: c.decode_ns as f64 / c.segments_decoded.max(1) as f64,
         decode_ns_per_branch: c.decode_ns as f64 / branches,
         stop_us_in_handler: c.breakpoint_ns as f64 / c.breakpoints.max(1) as f64 / 1e3,
+        emulated_ns_per_instruction: c.emulation_ns as f64 / c.emulated_steps.max(1) as f64,
     }
 }
 
@@ -101,12 +103,10 @@ fn main() {
     );
 
     let dir = std::env::temp_dir().join(format!("bd-bench-{}", std::process::id()));
-    let mut configs: Vec<(usize, &str, Vec<Run>)> = vec![
-        (16, "off", Vec::new()),
-        (16, "on", Vec::new()),
-        (32, "off", Vec::new()),
-        (32, "on", Vec::new()),
-    ];
+    let mut configs: Vec<(usize, &str, Vec<Run>)> = [16, 32]
+        .into_iter()
+        .flat_map(|n| ["paper", "dataflow", "emulate"].map(|m| (n, m, Vec::new())))
+        .collect();
     for _ in 0..RUNS {
         for (n, dataflow, runs) in configs.iter_mut() {
             runs.push(traced_run(*n, dataflow, &dir));
@@ -115,17 +115,18 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     println!("\ntracer on a branchy loop, task-clock period 1 ms, {RUNS} interleaved runs of 2 s, medians:");
     println!(
-        "  N   dataflow  handler us/trace  breakpoints/trace  in-handler us/stop  decode ns/decoded branch  decode ns/branch followed"
+        "  N   mode      handler us/trace  breakpoints/trace  in-handler us/stop  decode ns/decoded branch  decode ns/branch followed  emulated ns/instruction"
     );
     for (n, dataflow, runs) in configs {
         let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
         println!(
-            "  {n:<3} {dataflow:<9} {:>16.1} {:>18.1} {:>19.2} {:>25.0} {:>26.1}",
+            "  {n:<3} {dataflow:<9} {:>16.1} {:>18.1} {:>19.2} {:>25.0} {:>26.1} {:>24.1}",
             m(|r| r.handler_us_per_trace),
             m(|r| r.bps_per_trace),
             m(|r| r.stop_us_in_handler),
             m(|r| r.decode_ns_per_decoded),
-            m(|r| r.decode_ns_per_branch)
+            m(|r| r.decode_ns_per_branch),
+            m(|r| r.emulated_ns_per_instruction)
         );
     }
 }

@@ -116,7 +116,14 @@ pub fn tgkill(tid: i32, sig: i32) -> Result<(), Errno> {
     // threads of this process.
     unsafe {
         let pid = raw::syscall4(libc::SYS_getpid, 0, 0, 0, 0);
-        check_raw(raw::syscall4(libc::SYS_tgkill, pid as u64, tid as u64, sig as u64, 0)).map(drop)
+        check_raw(raw::syscall4(
+            libc::SYS_tgkill,
+            pid as u64,
+            tid as u64,
+            sig as u64,
+            0,
+        ))
+        .map(drop)
     }
 }
 
@@ -531,7 +538,15 @@ pub fn set_default_action(sig: i32) {
     let dfl = [0u64; 4];
     // SAFETY: a valid kernel sigaction of SIG_DFL; 8 is the kernel's
     // sigset size.
-    unsafe { raw::syscall4(libc::SYS_rt_sigaction, sig as u64, dfl.as_ptr() as u64, 0, 8) };
+    unsafe {
+        raw::syscall4(
+            libc::SYS_rt_sigaction,
+            sig as u64,
+            dfl.as_ptr() as u64,
+            0,
+            8,
+        )
+    };
 }
 
 /// Reinstalls a previously saved action.

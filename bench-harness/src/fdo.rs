@@ -127,7 +127,13 @@ pub fn run(opts: &Options) -> Result<usize> {
 
 /// Profiled training runs on the baseline binary in look-ahead `mode`, into
 /// `dir/train-MODE-N/`.
-fn train(t: &Tracer, w: &Workload, dir: &Path, runs: usize, mode: Lookahead) -> Result<Vec<PathBuf>> {
+fn train(
+    t: &Tracer,
+    w: &Workload,
+    dir: &Path,
+    runs: usize,
+    mode: Lookahead,
+) -> Result<Vec<PathBuf>> {
     (0..runs)
         .map(|i| {
             let out = dir.join(format!("train-{mode}-{i}"));

@@ -296,12 +296,10 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
     ];
     let mut cats = Vec::new();
     let mut segs: Vec<Vec<Option<f64>>> = vec![Vec::new(); names.len()];
-    let fastest_period = configs
-        .iter()
-        .find_map(|c| match c {
-            Config::Profiled(p, _) => Some(*p),
-            _ => None,
-        });
+    let fastest_period = configs.iter().find_map(|c| match c {
+        Config::Profiled(p, _) => Some(*p),
+        _ => None,
+    });
     for m in all {
         let native = median(&m.runs[0].iter().map(Timing::cpu_s).collect::<Vec<_>>());
         for (ci, c) in configs.iter().enumerate() {

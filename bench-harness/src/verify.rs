@@ -55,7 +55,11 @@ impl Counts {
 }
 
 pub fn run(opts: &Options) -> Result<usize> {
-    let mut rep = Report::new(&opts.results, "verify", "The emulator's predictions, verified")?;
+    let mut rep = Report::new(
+        &opts.results,
+        "verify",
+        "The emulator's predictions, verified",
+    )?;
     let ws = Workspace {
         cache: opts.cache.clone(),
         quick: opts.quick,

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use breakdance_protocol::{
-    Event, Lookahead, SessionOptions, StopOptions, DEFAULT_BRANCH_PERIOD,
-    DEFAULT_CLOCK_PERIOD_NS, DEFAULT_LBR, DEFAULT_OUTPUT, DEFAULT_TIMEOUT_SECS, MAX_LBR,
+    Event, Lookahead, SessionOptions, StopOptions, DEFAULT_BRANCH_PERIOD, DEFAULT_CLOCK_PERIOD_NS,
+    DEFAULT_LBR, DEFAULT_OUTPUT, DEFAULT_TIMEOUT_SECS, MAX_LBR,
 };
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{value_parser, Args, Parser, Subcommand, ValueEnum};

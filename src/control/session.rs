@@ -382,8 +382,13 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         crate::emulate::warm();
     }
     for sig in [libc::SIGSEGV, libc::SIGBUS] {
-        chain::install(sig, chain::on_fault, sys::Blocked::These(&[]), chain::Kind::Fault)
-            .map_err(StartError::Handler)?;
+        chain::install(
+            sig,
+            chain::on_fault,
+            sys::Blocked::These(&[]),
+            chain::Kind::Fault,
+        )
+        .map_err(StartError::Handler)?;
     }
 
     // The worker exists before any thread is traced or `running` is set,
@@ -610,7 +615,6 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
     redirect(&mut unwritten);
     write(state, unwritten)
 }
-
 
 fn write(state: &mut ControlState, u: Unwritten) -> Result<String, StopError> {
     match output::write_session(&u.report, &u.agg, &u.modules, u.force_dir) {

@@ -187,12 +187,18 @@ mod tests {
         static OUT: AtomicPtr<CpuState> = AtomicPtr::new(std::ptr::null_mut());
         extern "C" fn on_usr2(_: i32, _: *mut libc::siginfo_t, ctx: *mut std::ffi::c_void) {
             // SAFETY: the kernel's ucontext; OUT points at a live state.
-            unsafe { read(&*(ctx as *const libc::ucontext_t), &mut *OUT.load(Ordering::SeqCst)) };
+            unsafe {
+                read(
+                    &*(ctx as *const libc::ucontext_t),
+                    &mut *OUT.load(Ordering::SeqCst),
+                )
+            };
         }
         warm();
         let mut state = CpuState::new();
         OUT.store(&mut state, Ordering::SeqCst);
-        let old = sys::install_handler(libc::SIGUSR2, on_usr2, sys::Blocked::These(&[]), 0).unwrap();
+        let old =
+            sys::install_handler(libc::SIGUSR2, on_usr2, sys::Blocked::These(&[]), 0).unwrap();
         let marker: u64 = 0x1234_5678_9abc_def0;
         // SAFETY: loads xmm7 and r12 with known values, then raises a
         // signal on this thread; the handler only reads the frame.

@@ -49,7 +49,9 @@ pub enum AccessError {
 pub enum MemoryCheck {
     Match,
     /// A logged qword holds another value (or cannot be read) now.
-    Differs { addr: u64 },
+    Differs {
+        addr: u64,
+    },
 }
 
 #[derive(Clone, Copy, Default)]
@@ -273,9 +275,9 @@ impl LiveMemory {
     /// Whether every byte of `[addr, addr + size)` was stored by this
     /// segment (a load of them reads no real memory).
     pub fn covers(&self, addr: u64, size: usize) -> bool {
-        chunks(addr, size).iter().all(|&(q, mask, _)| {
-            mask == 0 || self.stored(q).is_some_and(|s| s.mask & mask == mask)
-        })
+        chunks(addr, size)
+            .iter()
+            .all(|&(q, mask, _)| mask == 0 || self.stored(q).is_some_and(|s| s.mask & mask == mask))
     }
 
     /// Reads every logged address again (see the module doc), except
@@ -353,10 +355,13 @@ mod tests {
 
     #[test]
     fn unaligned_loads_span_two_qwords() {
-        let mem = Table::with(&[(0x1000, 0x8877_6655_4433_2211), (0x1008, 0x00ff_eedd_ccbb_aa99)]);
+        let mem = Table::with(&[
+            (0x1000, 0x8877_6655_4433_2211),
+            (0x1008, 0x00ff_eedd_ccbb_aa99),
+        ]);
         let mut m = LiveMemory::new();
         assert_eq!(m.load(&mem, 0x1006, 4), Ok(0xaa99_8877));
-        assert_eq!(m.load(&mem, 0x1007, 8), Ok(0x00ff_eedd_ccbb_aa99_88u128 as u64));
+        assert_eq!(m.load(&mem, 0x1007, 8), Ok(0xffee_ddcc_bbaa_9988));
     }
 
     #[test]
@@ -413,11 +418,17 @@ mod tests {
         assert_eq!(m.validate(&mem, 0..0), MemoryCheck::Match);
         // A consumed byte may not.
         mem.set(0x1000, 0x1112);
-        assert_eq!(m.validate(&mem, 0..0), MemoryCheck::Differs { addr: 0x1000 });
+        assert_eq!(
+            m.validate(&mem, 0..0),
+            MemoryCheck::Differs { addr: 0x1000 }
+        );
         mem.set(0x1000, 0x1111);
         // Nor may a stored one.
         mem.set(0x2000, 0x5556);
-        assert_eq!(m.validate(&mem, 0..0), MemoryCheck::Differs { addr: 0x2000 });
+        assert_eq!(
+            m.validate(&mem, 0..0),
+            MemoryCheck::Differs { addr: 0x2000 }
+        );
         // Dead stack is not checked.
         assert_eq!(m.validate(&mem, 0x2000..0x2008), MemoryCheck::Match);
         // Reset forgets everything.

@@ -200,6 +200,10 @@ pub trait EntrySink {
     fn push(&mut self, entry: BranchEntry) -> bool;
     /// Entries so far.
     fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Drops the entries after the first `len`.
     fn truncate(&mut self, len: usize);
 }
@@ -818,8 +822,8 @@ impl Predictions {
         self.items[..self.len].get(self.cursor)
     }
 
-    /// The next prediction not yet checked.
-    pub fn next(&mut self) -> Option<Prediction> {
+    /// The next prediction not yet checked, taken.
+    pub fn take_next(&mut self) -> Option<Prediction> {
         let p = self.items[..self.len].get(self.cursor).copied();
         self.cursor += p.is_some() as usize;
         p

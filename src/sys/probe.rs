@@ -126,8 +126,13 @@ mod tests {
             libc::munmap(p, 4096);
             p as u64
         };
-        let old = crate::sys::install_handler(libc::SIGSEGV, on_segv, crate::sys::Blocked::These(&[]), libc::SA_NODEFER)
-            .expect("install");
+        let old = crate::sys::install_handler(
+            libc::SIGSEGV,
+            on_segv,
+            crate::sys::Blocked::These(&[]),
+            libc::SA_NODEFER,
+        )
+        .expect("install");
         assert_eq!(load_u64(page + 8), None);
         assert_eq!(load_u64(0), None);
         let word = 5u64;

@@ -202,7 +202,10 @@ mod tests {
         let mut dst = vec![0u8; 200];
         // SAFETY: valid, non-overlapping buffers of the lengths given.
         unsafe {
-            assert_eq!(memcpy(dst.as_mut_ptr(), src.as_ptr(), 200), dst.as_mut_ptr());
+            assert_eq!(
+                memcpy(dst.as_mut_ptr(), src.as_ptr(), 200),
+                dst.as_mut_ptr()
+            );
             assert_eq!(dst, src);
             assert_eq!(memcmp(dst.as_ptr(), src.as_ptr(), 200), 0);
             dst[150] = 0;

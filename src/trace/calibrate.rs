@@ -73,7 +73,12 @@ pub fn install_handler() -> Result<libc::sigaction, Errno> {
         return Err(Errno(libc::EBUSY));
     }
     sys::warm_sigaction();
-    sys::install_handler(libc::SIGTRAP, on_calibration_trap, sys::Blocked::These(&[]), 0)
+    sys::install_handler(
+        libc::SIGTRAP,
+        on_calibration_trap,
+        sys::Blocked::These(&[]),
+        0,
+    )
 }
 
 fn thread_cpu_ns() -> f64 {

@@ -162,7 +162,7 @@ pub fn intercept(
 
 /// Passes a signal that is not ours to the application's action, as the
 /// kernel would have. Async-signal-safe.
-pub fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+pub(crate) fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     let Some(saved) = slot(sig) else {
         return;
     };
@@ -219,7 +219,7 @@ pub fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
 /// Our SIGSEGV and SIGBUS handler: a fault of the emulator's fault-safe
 /// load is turned into its error return; every other fault goes to the
 /// application's action. Async-signal-safe.
-pub extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+pub(crate) extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel passes the handler's own ucontext.
     if unsafe { sys::probe::fixup(ctx) } {
         return;

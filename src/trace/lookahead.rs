@@ -149,7 +149,12 @@ pub(super) fn on_breakpoint(
         }
         let fd = t.bp_fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
         if fd.is_none_or(|fd| !top_up_breakpoint(t, fd)) {
-            end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::BreakpointFailed));
+            end_trace(
+                tracer,
+                slot,
+                t,
+                TraceEnd::Aborted(AbortReason::BreakpointFailed),
+            );
         }
         return;
     }
@@ -228,11 +233,17 @@ pub(super) fn on_breakpoint(
 /// `next`, against the emulator's next prediction (and, at a breakpoint
 /// stop, the registers it predicted there). A disagreement is counted and
 /// drops the rest of the prediction; the next stop predicts afresh.
-fn check_prediction(t: &mut ThreadTrace, c: &Counters, at: u64, next: u64, regs: Option<&Ucontext>) {
+fn check_prediction(
+    t: &mut ThreadTrace,
+    c: &Counters,
+    at: u64,
+    next: u64,
+    regs: Option<&Ucontext>,
+) {
     let Some(preds) = t.predictions.as_mut() else {
         return;
     };
-    let Some(p) = preds.next() else {
+    let Some(p) = preds.take_next() else {
         return;
     };
     Counters::bump(&c.dataflow_verified);
@@ -288,9 +299,7 @@ fn resolve_ahead(
         DataflowEnd::Stopped => {
             let state = t.emu.as_mut().map(|e| *e.state_mut());
             match state {
-                Some(s) => {
-                    follow(tracer, slot, t, s.rip, StackPointer::Exact(s.gpr[4]), true)
-                }
+                Some(s) => follow(tracer, slot, t, s.rip, StackPointer::Exact(s.gpr[4]), true),
                 None => follow(tracer, slot, t, pc, StackPointer::Exact(sp), false),
             }
         }

@@ -424,7 +424,7 @@ pub fn tracer_or_init() -> &'static Tracer {
         exec: ExecMap::new(),
         pool: Arc::new(BufferPool::new()),
         lbr: AtomicUsize::new(32),
-        lookahead: AtomicU8::new(Lookahead::Dataflow as u8),
+        lookahead: AtomicU8::new(Lookahead::Emulate as u8),
         running: AtomicBool::new(false),
         retired: Counters::default(),
         table_full: Default::default(),

@@ -95,11 +95,7 @@ pub(super) fn on_sample(
         // instruction it was left to run) since the last sample.
         discard_segment(t);
         Counters::bump(&c.checkpoint_unreached);
-        handler::close_open_trace(
-            t,
-            c,
-            TraceEnd::Aborted(AbortReason::CheckpointUnreached),
-        );
+        handler::close_open_trace(t, c, TraceEnd::Aborted(AbortReason::CheckpointUnreached));
         handler::make_room(tracer, slot, t);
     }
     // Sampling stays armed for the whole trace (see the module doc).
@@ -116,7 +112,12 @@ pub(super) fn on_sample(
     }
     Counters::bump(&c.traces_started);
     let Some(emu) = t.emu.as_mut() else {
-        end(tracer, slot, t, TraceEnd::Aborted(AbortReason::UnsupportedInstruction));
+        end(
+            tracer,
+            slot,
+            t,
+            TraceEnd::Aborted(AbortReason::UnsupportedInstruction),
+        );
         return;
     };
     context::read(uc, emu.state_mut());
@@ -172,11 +173,20 @@ pub(super) fn on_breakpoint(
             if let Some(fd) = fd {
                 if !handler::top_up_breakpoint(t, fd) {
                     discard_segment(t);
-                    end(tracer, slot, t, TraceEnd::Aborted(AbortReason::BreakpointFailed));
+                    end(
+                        tracer,
+                        slot,
+                        t,
+                        TraceEnd::Aborted(AbortReason::BreakpointFailed),
+                    );
                 }
             }
         }
-        Awaiting::Checkpoint { committed, end: segment_end, .. } => {
+        Awaiting::Checkpoint {
+            committed,
+            end: segment_end,
+            ..
+        } => {
             Counters::bump(&c.checkpoints);
             let verdict = match t.emu.as_mut() {
                 Some(emu) => {
@@ -225,7 +235,12 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     let c = &slot.counters;
     let lbr = tracer.lbr.load(std::sync::atomic::Ordering::Relaxed);
     let (Some(emu), Some(buffer)) = (t.emu.as_mut(), t.buffer.as_mut()) else {
-        end(tracer, slot, t, TraceEnd::Aborted(AbortReason::UnsupportedInstruction));
+        end(
+            tracer,
+            slot,
+            t,
+            TraceEnd::Aborted(AbortReason::UnsupportedInstruction),
+        );
         return;
     };
     let committed = buffer.open_len();
@@ -264,7 +279,12 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     } else {
         t.awaiting = Some(awaiting);
         discard_segment(t);
-        end(tracer, slot, t, TraceEnd::Aborted(AbortReason::BreakpointFailed));
+        end(
+            tracer,
+            slot,
+            t,
+            TraceEnd::Aborted(AbortReason::BreakpointFailed),
+        );
     }
 }
 
