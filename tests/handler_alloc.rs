@@ -63,11 +63,12 @@ fn work(n: u64) -> u64 {
 
 /// What one mode must show to prove anything: enough samples, and enough
 /// handler work at breakpoints (paper, dataflow and verify stop at every
-/// branch they cannot resolve; emulate stops about once a trace, so its
-/// checkpoints count instead).
-fn enough(mode: &str, samples: u64, breakpoints: u64, checkpoints: u64) -> bool {
+/// branch they cannot resolve; emulate stops at most about once a trace,
+/// and not at all when a trace reads no memory another thread could
+/// change, so its emulated segments count instead).
+fn enough(mode: &str, samples: u64, breakpoints: u64, segments: u64) -> bool {
     match mode {
-        "emulate" => samples > 200 && checkpoints > 200,
+        "emulate" => samples > 200 && segments > 200,
         _ => samples > 50 && breakpoints > 2_000,
     }
 }
@@ -99,7 +100,7 @@ fn allocations_in(mode: &str) -> u64 {
             mode,
             now.samples - before.samples,
             now.breakpoints - before.breakpoints,
-            now.checkpoints - before.checkpoints,
+            now.segments - before.segments,
         ) {
             break;
         }
@@ -112,15 +113,17 @@ fn allocations_in(mode: &str) -> u64 {
 
     let samples = after.samples - before.samples;
     let breakpoints = after.breakpoints - before.breakpoints;
-    let checkpoints = after.checkpoints - before.checkpoints;
+    let segments = after.segments - before.segments;
     assert!(
-        enough(mode, samples, breakpoints, checkpoints),
+        enough(mode, samples, breakpoints, segments),
         "{mode}: too little handler work to prove anything: {samples} samples, \
-         {breakpoints} breakpoints, {checkpoints} checkpoints"
+         {breakpoints} breakpoints, {segments} emulated segments"
     );
     assert!(summary.contains("\"traces_completed\""));
     let n = ALLOCATIONS.load(Ordering::SeqCst);
-    eprintln!("{mode}: {samples} samples, {breakpoints} breakpoints, {checkpoints} checkpoints, {n} allocations");
+    eprintln!(
+        "{mode}: {samples} samples, {breakpoints} breakpoints, {segments} segments, {n} allocations"
+    );
     n
 }
 

@@ -367,7 +367,7 @@ mod tests {
         );
         let expected = "\
 breakdance: profiled `./demo` (pid 4242) for 2.00 s, 1 thread; outputs in /nonexistent/out
-  event task-clock, period 1000000, trace length 32, data-flow on
+  event task-clock, period 1000000, trace length 32, look-ahead emulate
   traces: 1234 completed of 1300 started; 39488 branches written; 1500 samples
   look-ahead: 20000 breakpoints; s = 0.60 of branches resolved statically, t = 0.25 of the rest taken
   aborts: sp_mismatch 3, thread_exit 2

@@ -375,7 +375,7 @@ fn a_recorded_run_leaves_a_profile_and_a_summary() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("  event task-clock, period 200000, trace length 16, data-flow on\n"),
+        stderr.contains("  event task-clock, period 200000, trace length 16, look-ahead emulate\n"),
         "{stderr}"
     );
     assert!(stderr.contains("\n  files: perf.script"), "{stderr}");

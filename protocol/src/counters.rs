@@ -91,6 +91,13 @@ macro_rules! for_each_counter {
             emulated_steps: Count,
             /// Emulate mode: of the handlers' time, emulating.
             emulation_ns: Time,
+            /// Emulate mode: instructions the emulator decoded (its
+            /// per-thread decoded-instruction cache missed).
+            emulation_decodes: Count,
+            /// Emulate mode: segments that completed the trace reading only
+            /// memory no other thread can change (the data-flow rules), so
+            /// exact with no checkpoint.
+            segments_proven: Count,
             /// Emulate mode: checkpoints reached and compared.
             checkpoints: Count,
             /// Emulate mode: breakpoint hits at a checkpoint's address before
@@ -362,7 +369,10 @@ mod tests {
             .filter(|(_, k, _)| *k == CounterKind::Time)
             .map(|(n, _, _)| n)
             .collect();
-        assert_eq!(times, ["sampling_ns", "breakpoint_ns", "decode_ns"]);
+        assert_eq!(
+            times,
+            ["sampling_ns", "breakpoint_ns", "decode_ns", "emulation_ns"]
+        );
         let mut sum = c;
         sum += c;
         assert_eq!((sum.samples, sum.aborted(), sum.drops.total()), (6, 4, 2));
@@ -373,10 +383,10 @@ mod tests {
 
     #[test]
     fn reasons_have_stable_names() {
-        assert_eq!(AbortReason::COUNT, 11);
+        assert_eq!(AbortReason::COUNT, 14);
         assert_eq!(AbortReason::ALL[2].name(), "pc_mismatch");
         let a = Aborts::from_fn(|r| r as u64);
         assert_eq!(a.get(AbortReason::BreakpointFailed), 9);
-        assert_eq!(a.total(), 55);
+        assert_eq!(a.total(), (0..14).sum::<u64>());
     }
 }

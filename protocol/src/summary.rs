@@ -245,7 +245,7 @@ mod tests {
         let e = Summary::from_json(r#"{"pid": 1}"#, Path::new("d/summary.json")).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "d/summary.json has schema 0, this tool reads schema 2: record again, or read it \
+            "d/summary.json has schema 0, this tool reads schema 3: record again, or read it \
              with the breakdance that wrote it"
         );
         let e = Summary::from_json("{", Path::new("s")).unwrap_err();

@@ -92,9 +92,32 @@ pub struct SpecMemory {
     live: Box<LiveMemory>,
     exec: &'static ExecMap,
     policy: ReadPolicy,
+    /// The executable range last found, and the table generation it was
+    /// found in: most lookups fall in the same module.
+    last_range: (u64, u64, u32),
+    /// Instructions decoded (the decoded-instruction cache missed).
+    pub decodes: u64,
+    /// Reads of real memory the step being run made that no read policy
+    /// of the data-flow look-ahead would allow: how many, and the first
+    /// one's address (an implicit stack read is checked after the step).
+    step_mutable_reads: u32,
+    step_mutable_addr: u64,
 }
 
 impl SpecMemory {
+    /// The executable range holding `addr` (see `ExecMap::range_of`),
+    /// remembering the last one found.
+    #[inline]
+    fn exec_range(&mut self, addr: u64) -> Option<(u64, u64)> {
+        let (start, end, generation) = self.last_range;
+        if addr >= start && addr < end && generation == self.exec.generation() {
+            return Some((start, end));
+        }
+        let (start, end) = self.exec.range_of(addr)?;
+        self.last_range = (start, end, self.exec.generation());
+        Some((start, end))
+    }
+
     /// Whether the policy lets the emulation read `[addr, addr + size)`.
     #[inline]
     fn readable(&self, addr: u64, size: usize) -> bool {
@@ -115,6 +138,12 @@ impl x86_sem::Memory for SpecMemory {
         if !self.readable(addr, size) {
             return Err(MemError::Refused { addr });
         }
+        if !(self.live.covers(addr, size) || self.exec.is_immutable(addr, size as u64)) {
+            if self.step_mutable_reads == 0 {
+                self.step_mutable_addr = addr;
+            }
+            self.step_mutable_reads += 1;
+        }
         self.live
             .load(&RealMemory, addr, size)
             .map_err(|e| match e {
@@ -131,7 +160,8 @@ impl x86_sem::Memory for SpecMemory {
     }
 
     fn fetch(&mut self, addr: u64, buf: &mut [u8; 15]) -> usize {
-        let Some((_, end)) = self.exec.range_of(addr) else {
+        self.decodes += 1;
+        let Some((_, end)) = self.exec_range(addr) else {
             return 0;
         };
         let n = ((end - addr) as usize).min(buf.len());
@@ -236,6 +266,10 @@ pub struct Segment {
     /// `REP_LIMIT` iterations).
     pub steps: u32,
     pub end: SegmentEnd,
+    /// The trace is complete and every read of the segment was of memory
+    /// no other thread can change (the data-flow look-ahead's rules):
+    /// the prediction is exact without a checkpoint.
+    pub proven: bool,
 }
 
 /// What one call to [`Emulator::run`] produced.
@@ -270,6 +304,8 @@ struct Pass {
     nth: Option<Nth>,
     /// The search for a fresh address past the Nth branch gave up.
     exhausted: bool,
+    /// Every read so far was of memory no other thread can change.
+    safe: bool,
 }
 
 /// The point right after the Nth taken branch.
@@ -327,6 +363,10 @@ impl Emulator {
                     live: LiveMemory::new(),
                     exec,
                     policy: ReadPolicy::Live,
+                    last_range: (0, 0, 0),
+                    decodes: 0,
+                    step_mutable_reads: 0,
+                    step_mutable_addr: 0,
                 },
             },
             start: CpuState::new(),
@@ -378,7 +418,8 @@ impl Emulator {
         self.start = self.cpu.regs;
         let before = sink.len();
         let mut pass = self.pass(sink, wanted, MAX_SEGMENT_INSTRUCTIONS, SegmentEnd::Continue);
-        if pass.redo.is_none() && pass.first.is_none() {
+        let proven = pass.safe && pass.end == SegmentEnd::Complete && pass.redo.is_none();
+        if pass.redo.is_none() && pass.first.is_none() && !proven {
             // A checkpoint where the path ended may need several hits (a
             // loop); the last first-visited point needs one but proves
             // fewer entries. Take the cheaper in stops per entry. When the
@@ -417,6 +458,12 @@ impl Emulator {
                 _ => self.first_instruction(Stop::Refused { addr: 0 }),
             };
         }
+        if pass.entries >= wanted && pass.end == SegmentEnd::Continue {
+            // Ended past the Nth branch (the search for a fresh address
+            // met the budget or an instruction it cannot run): the trace is
+            // complete, and the branches after the Nth are not the trace's.
+            pass.end = SegmentEnd::Complete;
+        }
         let at = self.cpu.regs.rip;
         let hits = self.hits_at(at, resumed);
         self.predicted = self.cpu.regs;
@@ -426,6 +473,7 @@ impl Emulator {
             entries: pass.entries,
             steps: pass.steps,
             end: pass.end,
+            proven,
         })
     }
 
@@ -459,6 +507,7 @@ impl Emulator {
         let mut extension = 0u32;
         let mut fresh = (0u32, 0usize);
         let mut nth: Option<Nth> = None;
+        let mut safe = true;
         // Step count at which the rep string instruction now running began.
         let mut rep_start: Option<u32> = None;
         let done = |end, entries, steps, fresh| Pass {
@@ -470,6 +519,7 @@ impl Emulator {
             fresh,
             nth: None,
             exhausted: false,
+            safe: false,
         };
         loop {
             let pc = self.cpu.regs.rip;
@@ -492,6 +542,14 @@ impl Emulator {
                 };
             }
             if entries == wanted && rep_start.is_none() {
+                if safe {
+                    // Nothing to check: no checkpoint, no need of a
+                    // fresh address.
+                    return Pass {
+                        safe,
+                        ..done(SegmentEnd::Complete, entries, steps, fresh)
+                    };
+                }
                 // Past the Nth branch: stop at the first fresh address.
                 if self.visits.count(pc) == 0 || extension == EXTENSION_STEPS {
                     return Pass {
@@ -502,12 +560,20 @@ impl Emulator {
                 }
                 extension += 1;
             }
-            match x86_sem::step(&mut self.cpu, table, &mut self.cache) {
+            let (rsp, rbp) = (self.cpu.regs.gpr[4], self.cpu.regs.gpr[5]);
+            self.cpu.mem.step_mutable_reads = 0;
+            let stepped = x86_sem::step(&mut self.cpu, table, &mut self.cache);
+            if safe && self.cpu.mem.step_mutable_reads > 0 {
+                safe = self.implicit_stack_read(pc, rsp, rbp);
+            }
+            match stepped {
                 Ok(r) => {
                     if rep_start.is_none() {
                         // A rep string instruction traps once, however
-                        // many steps it takes.
-                        if self.visits.visit(pc) == Some(0) {
+                        // many steps it takes. A fresh point past the Nth
+                        // branch is no place to end a segment that goes on:
+                        // the branches between would be lost.
+                        if self.visits.visit(pc) == Some(0) && entries < wanted {
                             fresh = (steps, entries);
                         }
                     }
@@ -518,7 +584,7 @@ impl Emulator {
                     }
                     rep_start = None;
                     if r.taken && r.kind != BranchKind::None && entries < wanted {
-                        if exec.range_of(r.next_rip).is_none() {
+                        if self.cpu.mem.exec_range(r.next_rip).is_none() {
                             // A branch into code no module names ends the
                             // trace unrecorded; the checkpoint at its
                             // target still proves the entries before it.
@@ -564,6 +630,26 @@ impl Emulator {
         }
     }
 
+    /// Whether the real reads the step at `pc` made (rsp and rbp as before
+    /// it) were only the stack slot a pop, ret or leave reads, as the
+    /// data-flow look-ahead allows.
+    fn implicit_stack_read(&self, pc: u64, rsp: u64, rbp: u64) -> bool {
+        use x86_sem::iced_x86::Mnemonic;
+        let mem = &self.cpu.mem;
+        if mem.step_mutable_reads != 1 {
+            return false;
+        }
+        let Some(insn) = self.cache.get(pc) else {
+            return false;
+        };
+        let slot = match insn.instruction().mnemonic() {
+            Mnemonic::Pop | Mnemonic::Ret | Mnemonic::Popfq => rsp,
+            Mnemonic::Leave => rbp,
+            _ => return false,
+        };
+        mem.step_mutable_addr == slot
+    }
+
     /// What to do when the first instruction of a segment stops the
     /// emulation (the state is exact here: nothing was predicted).
     fn first_instruction(&mut self, stop: Stop) -> Outcome {
@@ -592,6 +678,12 @@ impl Emulator {
             Stop::Fault { .. } => Outcome::End(AbortReason::EmulationFault),
             Stop::Trap | Stop::DivideError => Outcome::End(AbortReason::UnsupportedInstruction),
         }
+    }
+
+    /// Instructions decoded since the last call (the decoded-instruction
+    /// cache missed), for the counters.
+    pub fn take_decodes(&mut self) -> u64 {
+        std::mem::take(&mut self.cpu.mem.decodes)
     }
 
     /// Real qwords read and qwords stored by the last segment.
@@ -669,7 +761,7 @@ impl Emulator {
             }
             run.transfers += 1;
             if r.taken {
-                if exec.range_of(r.next_rip).is_none() {
+                if self.cpu.mem.exec_range(r.next_rip).is_none() {
                     run.end = DataflowEnd::OutsideMappings { from: r.ip };
                     break;
                 }

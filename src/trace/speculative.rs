@@ -244,14 +244,30 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
         return;
     };
     let committed = buffer.open_len();
-    let wanted = lbr.saturating_sub(committed).max(1);
+    if committed >= lbr {
+        end(tracer, slot, t, TraceEnd::Complete);
+        return;
+    }
+    let wanted = lbr - committed;
     // Before the first push: whatever happens to this handler, the entries
     // after `committed` are not the trace's until validated.
     t.committed = Some(committed);
     let e0 = sys::raw::clock_ns();
     let outcome = emu.run(&mut OpenTrace(buffer), wanted, resumed);
+    Counters::add(&c.emulation_decodes, emu.take_decodes());
     Counters::add(&c.emulation_ns, sys::raw::clock_ns().saturating_sub(e0));
     let (at, awaiting) = match outcome {
+        Outcome::Segment(seg) if seg.proven => {
+            // Exact without a check (see `Segment::proven`): the trace is
+            // complete, with no breakpoint at all.
+            Counters::bump(&c.segments);
+            Counters::bump(&c.segments_proven);
+            Counters::add(&c.emulated_steps, seg.steps as u64);
+            Counters::add(&c.entries_recorded, seg.entries as u64);
+            t.committed = None;
+            end(tracer, slot, t, TraceEnd::Complete);
+            return;
+        }
         Outcome::Segment(seg) => {
             Counters::bump(&c.segments);
             Counters::add(&c.emulated_steps, seg.steps as u64);
