@@ -135,6 +135,11 @@ pub trait Registers {
 /// round to nearest, no flags.
 pub const MXCSR_DEFAULT: u32 = 0x1f80;
 
+/// An MXCSR no processor holds (bits 16–31 are reserved and always
+/// zero): the owner has not filled it. SSE floating-point instructions
+/// stop with [`crate::Stop::Opaque`] while it is set.
+pub const MXCSR_UNSET: u32 = u32::MAX;
+
 /// One x87 register: the 80-bit double extended format, as FXSAVE stores
 /// it (bytes 0–7 the significand with its explicit integer bit, bytes 8–9
 /// the sign and the 15-bit biased exponent).
@@ -196,6 +201,21 @@ impl X87 {
         undefined: 0,
     };
 
+    /// A unit the owner has not filled: control word 0, whose bit 6 the
+    /// hardware always reads as one. x87 instructions stop with
+    /// [`crate::Stop::Opaque`] on it.
+    pub const UNSET: X87 = X87 {
+        fcw: 0,
+        ..X87::INIT
+    };
+
+    /// Whether the unit holds a real state (not [`X87::UNSET`]).
+    #[must_use]
+    #[inline]
+    pub fn is_set(&self) -> bool {
+        self.fcw & 0x40 != 0
+    }
+
     /// TOP, the physical number of ST(0).
     #[must_use]
     #[inline]
@@ -208,12 +228,6 @@ impl X87 {
     #[inline]
     pub fn valid(&self, i: u32) -> bool {
         self.ftw >> ((self.top() + i) & 7) & 1 != 0
-    }
-}
-
-impl Default for X87 {
-    fn default() -> Self {
-        X87::INIT
     }
 }
 
@@ -271,8 +285,11 @@ pub enum Difference {
 
 impl CpuState {
     /// A state with every register zero, RFLAGS at its reset value (bit 1
-    /// and IF set), and MXCSR and the x87 unit as at process start
-    /// ([`MXCSR_DEFAULT`], [`X87::INIT`]).
+    /// and IF set), and MXCSR and the x87 unit unset ([`MXCSR_UNSET`],
+    /// [`X87::UNSET`]): fill them from a signal frame, or with
+    /// [`MXCSR_DEFAULT`] and [`X87::INIT`] for a process at its start;
+    /// until then floating-point instructions stop with
+    /// [`crate::Stop::Opaque`] instead of computing from a made-up state.
     #[must_use]
     pub const fn new() -> CpuState {
         CpuState {
@@ -284,8 +301,8 @@ impl CpuState {
             k: [0; 8],
             fs_base: 0,
             gs_base: 0,
-            mxcsr: MXCSR_DEFAULT,
-            x87: X87::INIT,
+            mxcsr: MXCSR_UNSET,
+            x87: X87::UNSET,
         }
     }
 

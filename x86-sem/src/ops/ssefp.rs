@@ -4,7 +4,8 @@
 //! MXCSR is honoured whole: its rounding control, flush-to-zero and
 //! denormals-are-zero; masked exceptions set its sticky flags; an
 //! exception whose mask is clear would trap (#XM), which the core
-//! reports as [`Stop::Opaque`] before writing anything. A NaN result is
+//! reports as [`Stop::Opaque`] before writing anything, as it does while
+//! MXCSR is unset ([`crate::MXCSR_UNSET`]). A NaN result is
 //! the first NaN operand, quieted, as the manuals' table of NaN results
 //! gives for SSE (Intel SDM vol. 1, table 4-7).
 
@@ -24,6 +25,16 @@ fn env(mxcsr: u32) -> Env {
         daz: mxcsr & 0x40 != 0,
         ..Env::new((mxcsr >> 13) as u8 & 3)
     }
+}
+
+/// MXCSR, or a stop while the owner has not filled it.
+#[inline]
+fn mxcsr<X: Machine>(x: &X) -> Result<u32, Stop> {
+    let m = x.regs().mxcsr();
+    if m > 0xffff {
+        return Err(Stop::Opaque);
+    }
+    Ok(m)
 }
 
 /// Stops when an exception `e` raised is unmasked, or `e` met a case the
@@ -115,7 +126,7 @@ pub(crate) fn arith<X: Machine, const OP: u8, const W: usize, const PACKED: bool
         read_v::<X, W, false>(x, i, i.op[1], r)?
     };
     let dst = read_v::<X, 16, false>(x, i, i.op[0], r)?;
-    let mxcsr = x.regs().mxcsr();
+    let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
     let n = if PACKED { 16 / W } else { 1 };
     let mut v = dst;
@@ -141,7 +152,7 @@ pub(crate) fn cmp<X: Machine, const W: usize, const PACKED: bool>(
         read_v::<X, W, false>(x, i, i.op[1], r)?
     };
     let dst = read_v::<X, 16, false>(x, i, i.op[0], r)?;
-    let mxcsr = x.regs().mxcsr();
+    let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
     let pred = i.imm & 7;
     let n = if PACKED { 16 / W } else { 1 };
@@ -179,7 +190,7 @@ pub(crate) fn comi<X: Machine, const W: usize, const SIGNALLING: bool>(
 ) -> Flow {
     let src = read_v::<X, W, false>(x, i, i.op[1], r)?;
     let dst = read_v::<X, 16, false>(x, i, i.op[0], r)?;
-    let mxcsr = x.regs().mxcsr();
+    let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
     let a = float::unpack(format(W), lane(dst, W, 0), e.daz);
     let b = float::unpack(format(W), lane(src, W, 0), e.daz);
@@ -210,7 +221,7 @@ pub(crate) fn from_int<X: Machine, const W: usize, const S: usize>(
         v as i64
     };
     let dst = read_v::<X, 16, false>(x, i, i.op[0], r)?;
-    let mxcsr = x.regs().mxcsr();
+    let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
     let y = float::from_int(&mut e, format(W), v);
     let m = checked(mxcsr, &e)?;
@@ -228,7 +239,7 @@ pub(crate) fn to_int<X: Machine, const W: usize, const S: usize, const TRUNC: bo
     r: &mut Retired,
 ) -> Flow {
     let src = read_v::<X, W, false>(x, i, i.op[1], r)?;
-    let mxcsr = x.regs().mxcsr();
+    let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
     if TRUNC {
         e.rc = RZ;
@@ -250,7 +261,7 @@ pub(crate) fn convert_scalar<X: Machine, const W: usize>(
 ) -> Flow {
     let src = read_v::<X, W, false>(x, i, i.op[1], r)?;
     let dst = read_v::<X, 16, false>(x, i, i.op[0], r)?;
-    let mxcsr = x.regs().mxcsr();
+    let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
     let to = if W == 4 { 8 } else { 4 };
     let y = convert(&mut e, format(W), format(to), lane(src, W, 0));
@@ -294,7 +305,7 @@ pub(crate) fn convert_packed<X: Machine, const OP: u8>(
     } else {
         read_v::<X, 16, true>(x, i, i.op[1], r)?
     };
-    let mxcsr = x.regs().mxcsr();
+    let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
     if matches!(OP, TPD2DQ | TPS2DQ) {
         e.rc = RZ;

@@ -8,7 +8,8 @@
 //! with [`Stop::Opaque`] before anything is written: a stack overflow or
 //! underflow (the unit would produce the indefinite and set SF), an
 //! exception the control word leaves unmasked, an exception already
-//! pending (ES set: a waiting instruction would trap), the reserved
+//! pending (ES set: a waiting instruction would trap), a unit the owner
+//! has not filled ([`X87::UNSET`]), the reserved
 //! precision control, and denormal results under reduced precision.
 //!
 //! The condition codes C0, C2 and C3 (and C1 where the manuals say so)
@@ -42,10 +43,20 @@ const fn reg_of(b: u128) -> Reg {
     }
 }
 
+/// The unit's state, or a stop while the owner has not filled it.
+#[inline]
+fn unit<X: Machine>(x: &X) -> Result<X87, Stop> {
+    let s = *x.regs().x87();
+    if !s.is_set() {
+        return Err(Stop::Opaque);
+    }
+    Ok(s)
+}
+
 /// The unit's state for an instruction that waits for pending exceptions.
 #[inline]
 fn begin<X: Machine>(x: &X) -> Result<X87, Stop> {
-    let s = *x.regs().x87();
+    let s = unit(x)?;
     if s.fsw & ES != 0 {
         return Err(Stop::Opaque);
     }
@@ -448,7 +459,7 @@ pub(crate) fn fcmov<X: Machine, const CC_: u8>(x: &mut X, i: &Insn, _r: &mut Ret
 
 /// fnstcw m2byte: no wait, no exception.
 pub(crate) fn fnstcw<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
-    let mut s = *x.regs().x87();
+    let mut s = unit(x)?;
     let a = ea(x, i);
     store(x, r, a, 2, u64::from(s.fcw))?;
     s.undefined |= CC;
@@ -476,7 +487,7 @@ pub(crate) fn fldcw<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
 /// fnstsw ax / m2byte: no wait; a condition code left undefined stops
 /// with [`Stop::UnknownFlags`].
 pub(crate) fn fnstsw<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
-    let mut s = *x.regs().x87();
+    let mut s = unit(x)?;
     if s.undefined & CC != 0 {
         return Err(Stop::UnknownFlags);
     }

@@ -236,6 +236,8 @@ fn aim(i: &Instruction, s: &mut CpuState, rng: &mut Rng, target: u64, fs: u64) -
 /// targets mostly land in the harness regions.
 pub fn make_case(i: &Instruction, rng: &mut Rng, fs: u64) -> Case {
     let mut s = CpuState::new();
+    s.mxcsr = x86_sem::MXCSR_DEFAULT;
+    s.x87 = x86_sem::X87::INIT;
     for g in &mut s.gpr {
         *g = rng.value();
     }
