@@ -5,11 +5,12 @@ use iced_x86::{Code, Decoder, DecoderOptions, Instruction, OpKind, Register};
 
 /// Operand slot values (`Insn::op`): 0–15 a general-purpose register,
 /// [`HIGH8`]+0..3 ah/ch/dh/bh, [`VEC`]+n a vector register, [`KREG`]+n a
-/// mask register, [`MEM`] the memory operand, [`IMM`] the immediate (or
+/// mask register, [`ST`]+i the x87 register ST(i), [`MEM`] the memory operand, [`IMM`] the immediate (or
 /// branch target), [`NONE`] anything else.
 pub(crate) const HIGH8: u8 = 0x10;
 pub(crate) const VEC: u8 = 0x20;
 pub(crate) const KREG: u8 = 0x40;
+pub(crate) const ST: u8 = 0x50;
 pub(crate) const MEM: u8 = 0x80;
 pub(crate) const IMM: u8 = 0x81;
 pub(crate) const NONE: u8 = 0xff;
@@ -216,6 +217,7 @@ fn register_slot(r: Register) -> u8 {
         _ if r.is_gpr() => r.full_register().number() as u8,
         _ if r.is_xmm() || r.is_ymm() || r.is_zmm() => VEC + r.number() as u8,
         _ if r.is_k() => KREG + r.number() as u8,
+        _ if r.is_st() => ST + r.number() as u8,
         _ => NONE,
     }
 }

@@ -51,6 +51,7 @@
 
 mod cache;
 mod flags;
+mod float;
 mod insn;
 mod mem;
 mod ops;
@@ -61,7 +62,7 @@ mod table;
 pub use cache::{CacheSizeError, DecodeCache};
 pub use insn::Insn;
 pub use mem::{MemError, Memory};
-pub use regs::{flag, gpr, CpuState, Difference, Registers};
+pub use regs::{flag, gpr, CpuState, Difference, Registers, F80, MXCSR_DEFAULT, MXCSR_UNSET, X87};
 pub use step::{step, step_into, BranchKind, Cpu, Machine, Retired, Stop};
 pub use table::{Handler, Table, CODE_COUNT};
 

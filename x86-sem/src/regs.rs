@@ -104,6 +104,15 @@ pub trait Registers {
     fn gs_base(&self) -> u64;
     /// Sets the gs segment base.
     fn set_gs_base(&mut self, value: u64);
+    /// MXCSR: SSE rounding control, exception masks and sticky exception
+    /// flags.
+    fn mxcsr(&self) -> u32;
+    /// Sets MXCSR.
+    fn set_mxcsr(&mut self, value: u32);
+    /// The x87 floating-point unit.
+    fn x87(&self) -> &X87;
+    /// The x87 floating-point unit, writable.
+    fn x87_mut(&mut self) -> &mut X87;
 
     /// The low 128 bits of vector register `i`.
     #[inline(always)]
@@ -122,9 +131,109 @@ pub trait Registers {
     }
 }
 
+/// MXCSR after reset and at process start: every exception masked,
+/// round to nearest, no flags.
+pub const MXCSR_DEFAULT: u32 = 0x1f80;
+
+/// An MXCSR no processor holds (bits 16–31 are reserved and always
+/// zero): the owner has not filled it. SSE floating-point instructions
+/// stop with [`crate::Stop::Opaque`] while it is set.
+pub const MXCSR_UNSET: u32 = u32::MAX;
+
+/// One x87 register: the 80-bit double extended format, as FXSAVE stores
+/// it (bytes 0–7 the significand with its explicit integer bit, bytes 8–9
+/// the sign and the 15-bit biased exponent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct F80 {
+    /// The 64-bit significand; bit 63 is the integer bit.
+    pub mantissa: u64,
+    /// Bit 15 the sign, bits 0–14 the exponent (bias 16383).
+    pub sign_exponent: u16,
+}
+
+/// The x87 floating-point unit, laid out as the FXSAVE image of a signal
+/// frame holds it, so that an owner copies it field by field:
+///
+/// | FXSAVE bytes | field |
+/// |---|---|
+/// | 0–1 | `fcw` |
+/// | 2–3 | `fsw` (TOP is bits 11–13) |
+/// | 4 | `ftw` (the abridged tag byte) |
+/// | 32 + 16·i, 10 bytes | `st[i]`: bytes 0–7 `mantissa`, 8–9 `sign_exponent` |
+///
+/// `st` is in stack order (`st[0]` is ST(0), the register TOP names), as
+/// FXSAVE stores it; `ftw` is in physical order (bit n set: physical
+/// register n, which is ST((n − TOP) mod 8), holds a value). An empty
+/// register keeps its last contents. The last instruction and data
+/// pointers and the opcode (FXSAVE bytes 6–23) are not modelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct X87 {
+    /// ST(0)–ST(7).
+    pub st: [F80; 8],
+    /// Control word: exception masks (bits 0–5), precision control (8–9),
+    /// rounding control (10–11).
+    pub fcw: u16,
+    /// Status word: exception flags (0–5), stack fault (6), error summary
+    /// (7), condition codes C0–C2 (8–10), TOP (11–13), C3 (14), busy (15).
+    pub fsw: u16,
+    /// Abridged tag word, one bit per physical register.
+    pub ftw: u8,
+    /// Condition-code bits of `fsw` (C0 0x100, C1 0x200, C2 0x400, C3
+    /// 0x4000) whose value is unknown: the last instruction left them
+    /// undefined. Reading one (fnstsw) stops with
+    /// [`crate::Stop::UnknownFlags`]; an owner filling the state from a
+    /// signal frame sets this to 0.
+    pub undefined: u16,
+}
+
+impl X87 {
+    /// The state after finit and at process start: control word 0x37f
+    /// (every exception masked, 64-bit precision, round to nearest), an
+    /// empty stack.
+    pub const INIT: X87 = X87 {
+        st: [F80 {
+            mantissa: 0,
+            sign_exponent: 0,
+        }; 8],
+        fcw: 0x37f,
+        fsw: 0,
+        ftw: 0,
+        undefined: 0,
+    };
+
+    /// A unit the owner has not filled: control word 0, whose bit 6 the
+    /// hardware always reads as one. x87 instructions stop with
+    /// [`crate::Stop::Opaque`] on it.
+    pub const UNSET: X87 = X87 {
+        fcw: 0,
+        ..X87::INIT
+    };
+
+    /// Whether the unit holds a real state (not [`X87::UNSET`]).
+    #[must_use]
+    #[inline]
+    pub fn is_set(&self) -> bool {
+        self.fcw & 0x40 != 0
+    }
+
+    /// TOP, the physical number of ST(0).
+    #[must_use]
+    #[inline]
+    pub fn top(&self) -> u32 {
+        u32::from(self.fsw >> 11) & 7
+    }
+
+    /// Whether ST(`i`) holds a value (its tag is not empty).
+    #[must_use]
+    #[inline]
+    pub fn valid(&self, i: u32) -> bool {
+        self.ftw >> ((self.top() + i) & 7) & 1 != 0
+    }
+}
+
 /// A plain register file: what the tracer fills from a signal's ucontext
 /// and compares at a checkpoint, and what brr's machine runs on.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuState {
     /// rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8 … r15.
     pub gpr: [u64; 16],
@@ -142,6 +251,10 @@ pub struct CpuState {
     pub fs_base: u64,
     /// gs segment base.
     pub gs_base: u64,
+    /// MXCSR (FXSAVE bytes 24–27).
+    pub mxcsr: u32,
+    /// The x87 unit.
+    pub x87: X87,
 }
 
 /// Which part of two register states differs first (see
@@ -162,11 +275,21 @@ pub enum Difference {
     K(usize),
     /// fs or gs base.
     SegmentBase,
+    /// MXCSR.
+    Mxcsr,
+    /// x87 register ST(`n`) (a value or its tag).
+    X87Register(usize),
+    /// The x87 control word, or a defined bit of the status word.
+    X87Control,
 }
 
 impl CpuState {
-    /// A state with every register zero and RFLAGS at its reset value
-    /// (bit 1 and IF set).
+    /// A state with every register zero, RFLAGS at its reset value (bit 1
+    /// and IF set), and MXCSR and the x87 unit unset ([`MXCSR_UNSET`],
+    /// [`X87::UNSET`]): fill them from a signal frame, or with
+    /// [`MXCSR_DEFAULT`] and [`X87::INIT`] for a process at its start;
+    /// until then floating-point instructions stop with
+    /// [`crate::Stop::Opaque`] instead of computing from a made-up state.
     #[must_use]
     pub const fn new() -> CpuState {
         CpuState {
@@ -178,6 +301,8 @@ impl CpuState {
             k: [0; 8],
             fs_base: 0,
             gs_base: 0,
+            mxcsr: MXCSR_UNSET,
+            x87: X87::UNSET,
         }
     }
 
@@ -208,6 +333,18 @@ impl CpuState {
         }
         if self.fs_base != actual.fs_base || self.gs_base != actual.gs_base {
             return Some(Difference::SegmentBase);
+        }
+        if self.mxcsr != actual.mxcsr {
+            return Some(Difference::Mxcsr);
+        }
+        let (p, a) = (&self.x87, &actual.x87);
+        if p.fcw != a.fcw || (p.fsw ^ a.fsw) & !p.undefined != 0 {
+            return Some(Difference::X87Control);
+        }
+        if let Some(n) =
+            (0..8).find(|&n| p.st[n] != a.st[n] || p.valid(n as u32) != a.valid(n as u32))
+        {
+            return Some(Difference::X87Register(n));
         }
         None
     }
@@ -277,5 +414,27 @@ impl Registers for CpuState {
     #[inline(always)]
     fn set_gs_base(&mut self, value: u64) {
         self.gs_base = value;
+    }
+    #[inline(always)]
+    fn mxcsr(&self) -> u32 {
+        self.mxcsr
+    }
+    #[inline(always)]
+    fn set_mxcsr(&mut self, value: u32) {
+        self.mxcsr = value;
+    }
+    #[inline(always)]
+    fn x87(&self) -> &X87 {
+        &self.x87
+    }
+    #[inline(always)]
+    fn x87_mut(&mut self) -> &mut X87 {
+        &mut self.x87
+    }
+}
+
+impl Default for CpuState {
+    fn default() -> Self {
+        CpuState::new()
     }
 }

@@ -4,7 +4,7 @@
 use iced_x86::Code;
 use x86_sem::{
     flag, step, BranchKind, Cpu, CpuState, DecodeCache, Difference, Insn, Machine, MemError,
-    Memory, Retired, Stop, Table,
+    Memory, Retired, Stop, Table, MXCSR_DEFAULT, X87,
 };
 
 /// Flat memory: code and data in one executable vector at `BASE`.
@@ -256,5 +256,57 @@ fn a_prediction_is_compared_without_its_unknown_flags() {
     assert_eq!(
         predicted.first_difference(&actual),
         Some(Difference::Vec(17))
+    );
+}
+
+#[test]
+fn floating_point_waits_for_the_owner_to_fill_its_state() {
+    let table = Table::<Plain>::new();
+    // addsd xmm0, xmm1; fld1
+    for code in [&[0xf2, 0x0f, 0x58, 0xc1][..], &[0xd9, 0xe8][..]] {
+        let mut x = machine(code);
+        let before = x.regs;
+        assert_eq!(step(&mut x, &table, &mut cache()), Err(Stop::Opaque));
+        assert_eq!(x.regs, before);
+        x.regs.mxcsr = MXCSR_DEFAULT;
+        x.regs.x87 = X87::INIT;
+        let r = step(&mut x, &table, &mut cache()).expect("runs once filled");
+        assert_eq!(r.next_rip, BASE + code.len() as u64);
+    }
+}
+
+#[test]
+fn a_prediction_compares_the_float_state_but_not_its_unknown_condition_codes() {
+    let mut predicted = CpuState::new();
+    predicted.mxcsr = MXCSR_DEFAULT;
+    predicted.x87 = X87::INIT;
+    predicted.x87.fsw = 0x3800;
+    predicted.x87.ftw = 0x80;
+    predicted.x87.st[0].mantissa = 1 << 63;
+    predicted.x87.st[0].sign_exponent = 0x3fff;
+    predicted.x87.undefined = 0x4500;
+    let mut actual = predicted;
+    actual.x87.undefined = 0;
+    actual.x87.fsw |= 0x4100;
+    assert_eq!(predicted.first_difference(&actual), None);
+    actual.x87.fsw |= 0x200;
+    assert_eq!(
+        predicted.first_difference(&actual),
+        Some(Difference::X87Control)
+    );
+    actual = predicted;
+    actual.mxcsr |= 0x20;
+    assert_eq!(predicted.first_difference(&actual), Some(Difference::Mxcsr));
+    actual = predicted;
+    actual.x87.st[0].mantissa += 1;
+    assert_eq!(
+        predicted.first_difference(&actual),
+        Some(Difference::X87Register(0))
+    );
+    actual = predicted;
+    actual.x87.ftw = 0xc0;
+    assert_eq!(
+        predicted.first_difference(&actual),
+        Some(Difference::X87Register(7))
     );
 }

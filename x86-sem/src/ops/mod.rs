@@ -20,8 +20,10 @@ mod muldiv;
 mod shift;
 mod sse;
 mod sse42;
+mod ssefp;
 mod string;
 mod system;
+mod x87;
 
 use crate::flags::mask;
 use crate::insn::{Insn, HIGH8, IMM, MEM, SEG_FS, SEG_NONE};

@@ -16,7 +16,7 @@ use crate::step::{Machine, Retired, Stop};
 /// Reads operand slot `o` as a vector: a vector register's low 128 bits,
 /// `N` bytes of memory, or a general-purpose register, zero-extended.
 #[inline(always)]
-fn read_v<X: Machine, const N: usize, const ALIGNED: bool>(
+pub(crate) fn read_v<X: Machine, const N: usize, const ALIGNED: bool>(
     x: &mut X,
     i: &Insn,
     o: u8,
@@ -49,7 +49,7 @@ fn read_v<X: Machine, const N: usize, const ALIGNED: bool>(
 /// (the rest kept), `N` bytes of memory, or `N` bytes of a general-purpose
 /// register.
 #[inline(always)]
-fn write_v<X: Machine, const N: usize, const ALIGNED: bool>(
+pub(crate) fn write_v<X: Machine, const N: usize, const ALIGNED: bool>(
     x: &mut X,
     i: &Insn,
     o: u8,

@@ -19,6 +19,30 @@ pub struct Expect {
     pub flips_cf: bool,
     /// The manuals leave the result itself undefined.
     pub opaque: bool,
+    /// x87 condition codes (C0 0x100, C1 0x200, C2 0x400, C3 0x4000) the
+    /// instruction writes, defined or not.
+    pub cc_writes: u16,
+    /// The written condition codes it leaves undefined.
+    pub cc_undefined: u16,
+    /// Whether it reads the condition codes (fnstsw).
+    pub cc_reads: bool,
+}
+
+const C1: u16 = 0x200;
+const CC: u16 = 0x4700;
+
+/// What the x87 "FPU flags affected" sections say of the condition codes.
+fn condition_codes(i: &Instruction) -> (u16, u16, bool) {
+    use Mnemonic::*;
+    match i.mnemonic() {
+        Fnstsw => (CC, CC, true),
+        Fnstcw | Fldcw | Fcmovb | Fcmove | Fcmovbe | Fcmovu | Fcmovnb | Fcmovne | Fcmovnbe
+        | Fcmovnu => (CC, CC, false),
+        // Intel's manual clears C1; Zen 5 keeps it.
+        Fucomi | Fucomip | Fcomi | Fcomip => (C1, C1, false),
+        m if format!("{m:?}").starts_with('F') => (CC, CC & !C1, false),
+        _ => (0, 0, false),
+    }
 }
 
 fn reads_of(cc: ConditionCode) -> u64 {
@@ -65,6 +89,16 @@ fn expect_with(writes: u64, undefined: u64) -> Expect {
 
 /// The flag behaviour of `i` executed from `s`.
 pub fn expect(i: &Instruction, s: &CpuState) -> Expect {
+    let (cc_writes, cc_undefined, cc_reads) = condition_codes(i);
+    Expect {
+        cc_writes,
+        cc_undefined,
+        cc_reads,
+        ..status_flags(i, s)
+    }
+}
+
+fn status_flags(i: &Instruction, s: &CpuState) -> Expect {
     use Mnemonic::*;
     let m = i.mnemonic();
     let w = bits(i);
@@ -75,7 +109,9 @@ pub fn expect(i: &Instruction, s: &CpuState) -> Expect {
             reads: CF,
             ..expect_with(STATUS, 0)
         },
-        Cmpsb | Cmpsw | Cmpsd | Cmpsq | Scasb | Scasw | Scasd | Scasq => {
+        Cmpsb | Cmpsw | Cmpsd | Cmpsq | Scasb | Scasw | Scasd | Scasq
+            if i.is_string_instruction() =>
+        {
             let rep = i.has_rep_prefix() || i.has_repne_prefix();
             let ecx_only = matches!(i.op0_kind(), OpKind::MemoryESEDI | OpKind::MemorySegESI)
                 || matches!(i.op1_kind(), OpKind::MemoryESEDI);
@@ -148,6 +184,18 @@ pub fn expect(i: &Instruction, s: &CpuState) -> Expect {
         Popcnt => expect_with(STATUS, 0),
         Bzhi | Blsmsk | Blsr => expect_with(STATUS, AF | PF),
         Kortestd | Kortestq | Ktestd | Ktestq | Pcmpistri => expect_with(STATUS, 0),
+        Ucomiss | Ucomisd | Comiss | Comisd | Fucomi | Fucomip | Fcomi | Fcomip => {
+            expect_with(STATUS, 0)
+        }
+        Fcmovb | Fcmovnb | Fcmove | Fcmovne | Fcmovbe | Fcmovnbe | Fcmovu | Fcmovnu => Expect {
+            reads: match m {
+                Fcmovb | Fcmovnb => CF,
+                Fcmove | Fcmovne => ZF,
+                Fcmovbe | Fcmovnbe => CF | ZF,
+                _ => PF,
+            },
+            ..Expect::default()
+        },
         Loope | Loopne => Expect {
             reads: ZF,
             ..Expect::default()

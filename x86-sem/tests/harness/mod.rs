@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod float;
 pub mod manual;
 pub mod native;
 pub mod vectors;
@@ -235,6 +236,8 @@ fn aim(i: &Instruction, s: &mut CpuState, rng: &mut Rng, target: u64, fs: u64) -
 /// targets mostly land in the harness regions.
 pub fn make_case(i: &Instruction, rng: &mut Rng, fs: u64) -> Case {
     let mut s = CpuState::new();
+    s.mxcsr = x86_sem::MXCSR_DEFAULT;
+    s.x87 = x86_sem::X87::INIT;
     for g in &mut s.gpr {
         *g = rng.value();
     }
@@ -315,6 +318,13 @@ pub fn make_case(i: &Instruction, rng: &mut Rng, fs: u64) -> Case {
         let f = 0x202 | (rng.next() & (STATUS | DF | 1 << 21));
         let off = (s.gpr[4] - DATA) as usize;
         data[off..off + 8].copy_from_slice(&f.to_le_bytes());
+    }
+    if float::is_x87(i) || float::is_sse_fp(i) {
+        let mem = accesses_memory(i)
+            .then(|| effective_address(i, &s, fs).wrapping_sub(DATA))
+            .filter(|&o| o < DATA_LEN as u64)
+            .map(|o| o as usize);
+        float::fill(i, &mut s, &mut data, rng, mem);
     }
     constrain_division(i, &mut s, &mut data, rng, fs);
     aim_branch(i, &mut s, &mut data, rng, fs);
@@ -443,12 +453,37 @@ fn aim_branch(i: &Instruction, s: &mut CpuState, data: &mut [u8], rng: &mut Rng,
 }
 
 fn to_native(s: &CpuState) -> NativeState {
+    let mut fx = [0u8; 512];
+    let x = &s.x87;
+    fx[0..2].copy_from_slice(&x.fcw.to_le_bytes());
+    fx[2..4].copy_from_slice(&x.fsw.to_le_bytes());
+    fx[4] = x.ftw;
+    fx[24..28].copy_from_slice(&s.mxcsr.to_le_bytes());
+    for (i, r) in x.st.iter().enumerate() {
+        fx[32 + 16 * i..40 + 16 * i].copy_from_slice(&r.mantissa.to_le_bytes());
+        fx[40 + 16 * i..42 + 16 * i].copy_from_slice(&r.sign_exponent.to_le_bytes());
+    }
     NativeState {
         gpr: s.gpr,
         flags: s.rflags,
         pad: [0; 7],
         zmm: s.vec,
         k: s.k,
+        fx,
+    }
+}
+
+/// The x87 unit and MXCSR of an FXSAVE image (`undefined` left 0).
+fn from_fxsave(fx: &[u8; 512], regs: &mut CpuState) {
+    let u16_at = |o: usize| u16::from_le_bytes([fx[o], fx[o + 1]]);
+    regs.mxcsr = u32::from_le_bytes(fx[24..28].try_into().unwrap());
+    regs.x87.fcw = u16_at(0);
+    regs.x87.fsw = u16_at(2);
+    regs.x87.ftw = fx[4];
+    regs.x87.undefined = 0;
+    for (i, r) in regs.x87.st.iter_mut().enumerate() {
+        r.mantissa = u64::from_le_bytes(fx[32 + 16 * i..40 + 16 * i].try_into().unwrap());
+        r.sign_exponent = u16_at(40 + 16 * i);
     }
 }
 
@@ -468,6 +503,7 @@ pub fn run_native(bytes: &[u8], case: &Case) -> (Outcome, native::Ending) {
     let mut regs = case.state;
     regs.gpr = n.gpr;
     regs.rflags = n.flags;
+    from_fxsave(&n.fx, &mut regs);
     if native::avx512() {
         regs.vec = n.zmm;
         regs.k = n.k;
@@ -488,14 +524,15 @@ pub fn run_native(bytes: &[u8], case: &Case) -> (Outcome, native::Ending) {
     (out, ending)
 }
 
-/// Runs the case under the core, from `undefined` flags. The caller holds
-/// the lock.
+/// Runs the case under the core, from `undefined` flags and x87 condition
+/// codes. The caller holds the lock.
 pub fn run_core(
     table: &Table<TestCpu>,
     cache: &mut DecodeCache<Vec<Insn>>,
     bytes: &[u8],
     case: &Case,
     undefined: u64,
+    cc_undefined: u16,
 ) -> (Outcome, Result<Retired, Stop>) {
     native::load_code(bytes);
     native::data().copy_from_slice(&case.data);
@@ -505,6 +542,7 @@ pub fn run_core(
         mem: RegionMemory,
     };
     cpu.regs.undefined = undefined;
+    cpu.regs.x87.undefined = cc_undefined;
     let r = x86_sem::step(&mut cpu, table, cache);
     let out = Outcome {
         regs: cpu.regs,

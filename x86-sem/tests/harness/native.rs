@@ -39,6 +39,10 @@ pub struct NativeState {
     pub zmm: [[u64; 8]; 32],
     /// k0–7 (AVX-512 only).
     pub k: [u64; 8],
+    /// An FXSAVE image: the stubs load the x87 unit and MXCSR from it
+    /// (fxrstor, before the vector registers), and the handler copies the
+    /// signal frame's image back.
+    pub fx: [u8; 512],
 }
 
 impl Default for NativeState {
@@ -49,12 +53,14 @@ impl Default for NativeState {
             pad: [0; 7],
             zmm: [[0; 8]; 32],
             k: [0; 8],
+            fx: [0; 512],
         }
     }
 }
 
 const _: () = assert!(std::mem::offset_of!(NativeState, zmm) == 192);
 const _: () = assert!(std::mem::offset_of!(NativeState, k) == 2240);
+const _: () = assert!(std::mem::offset_of!(NativeState, fx) == 2304);
 
 /// Whether the CPU (and kernel) run AVX-512: zmm16–31 and k0–7 are then
 /// loaded and read back too.
@@ -94,6 +100,7 @@ std::arch::global_asm!(
     "push r14",
     "push r15",
     "mov [rip + x86sem_native_host_rsp], rsp",
+    "fxrstor64 [rdi + 2304]",
     "movdqu xmm0, [rdi + 192]",
     "movdqu xmm1, [rdi + 256]",
     "movdqu xmm2, [rdi + 320]",
@@ -138,6 +145,7 @@ std::arch::global_asm!(
     "push r14",
     "push r15",
     "mov [rip + x86sem_native_host_rsp], rsp",
+    "fxrstor64 [rdi + 2304]",
     "vmovdqu64 zmm0, [rdi + 192]",
     "vmovdqu64 zmm1, [rdi + 256]",
     "vmovdqu64 zmm2, [rdi + 320]",
@@ -231,6 +239,7 @@ static mut CAPTURE: Capture = Capture {
         pad: [0; 7],
         zmm: [[0; 8]; 32],
         k: [0; 8],
+        fx: [0; 512],
     },
     rip: 0,
     signo: 0,
@@ -326,6 +335,7 @@ extern "C" fn handler(signo: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_
             c.state.zmm[n][1] = u64::from(e[2]) | u64::from(e[3]) << 32;
         }
         read_xstate(fp as *const u8, &mut c.state);
+        read_fpu(fp as *mut u8, &mut c.state);
         c.signo = signo;
         c.addr = (*info).si_addr() as u64;
         g[REG_RIP as usize] = x86sem_native_resume as *const () as usize as i64;
@@ -389,6 +399,31 @@ unsafe fn read_xstate(fp: *const u8, s: &mut NativeState) {
                 0
             };
         }
+    }
+}
+
+/// Copies the legacy FXSAVE image of the frame (x87 unit and MXCSR), in
+/// the x87 initial state when XSTATE_BV says the component is, then puts
+/// the frame's x87 unit and MXCSR back to their defaults, so that the
+/// test code resumes with round-to-nearest and every exception masked.
+///
+/// # Safety
+/// `fp` is the fpregs pointer of a signal frame of this process.
+unsafe fn read_fpu(fp: *mut u8, s: &mut NativeState) {
+    // SAFETY: the frame's FP area starts with the 512-byte FXSAVE image,
+    // followed by the XSAVE header.
+    unsafe {
+        std::ptr::copy_nonoverlapping(fp, s.fx.as_mut_ptr(), 512);
+        let bv = std::ptr::read_unaligned(fp.add(512) as *const u64);
+        if bv & 1 == 0 {
+            s.fx[..4].copy_from_slice(&[0x7f, 0x03, 0, 0]);
+            s.fx[4] = 0;
+            s.fx[32..160].fill(0);
+        }
+        std::ptr::write_unaligned(fp as *mut u16, 0x37f);
+        std::ptr::write_unaligned(fp.add(2) as *mut u16, 0);
+        *fp.add(4) = 0;
+        std::ptr::write_unaligned(fp.add(24) as *mut u32, 0x1f80);
     }
 }
 
