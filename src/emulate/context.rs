@@ -13,7 +13,7 @@
 
 use std::sync::OnceLock;
 
-use x86_sem::CpuState;
+use x86_sem::{CpuState, F80, MXCSR_UNSET, X87};
 
 use crate::sys;
 
@@ -24,6 +24,15 @@ const SW_BYTES: usize = 464;
 const XSAVE_HEADER: usize = 512;
 /// Where the FXSAVE image keeps xmm0–xmm15.
 const FXSAVE_XMM: usize = 160;
+/// Where it keeps the x87 control, status and abridged tag words, MXCSR,
+/// and ST(0)–ST(7) (16 bytes each, in stack order).
+const FXSAVE_FCW: usize = 0;
+const FXSAVE_FSW: usize = 2;
+const FXSAVE_FTW: usize = 4;
+const FXSAVE_MXCSR: usize = 24;
+const FXSAVE_ST: usize = 32;
+/// XSTATE_BV's bit for the x87 state (clear: in its initial state).
+const X87_STATE: u32 = 0;
 
 /// XSAVE state components (Intel SDM vol. 1, 13.1).
 const AVX: u32 = 2;
@@ -125,13 +134,43 @@ pub fn read(uc: &libc::ucontext_t, state: &mut CpuState) {
     read_vectors(uc, state);
 }
 
+fn u16_at(area: *const u8, off: usize) -> u16 {
+    // SAFETY: as in `u64_at`.
+    unsafe { area.add(off).cast::<u16>().read_unaligned() }
+}
+
+/// The x87 unit and MXCSR from the FXSAVE image.
+fn read_float_state(area: *const u8, state: &mut CpuState) {
+    // SAFETY: MXCSR lies in the 512-byte FXSAVE image.
+    state.mxcsr = unsafe { area.add(FXSAVE_MXCSR).cast::<u32>().read_unaligned() };
+    let mut x87 = X87 {
+        st: [F80 {
+            mantissa: 0,
+            sign_exponent: 0,
+        }; 8],
+        fcw: u16_at(area, FXSAVE_FCW),
+        fsw: u16_at(area, FXSAVE_FSW),
+        // SAFETY: as above.
+        ftw: unsafe { *area.add(FXSAVE_FTW) },
+        undefined: 0,
+    };
+    for (i, st) in x87.st.iter_mut().enumerate() {
+        st.mantissa = u64_at(area, FXSAVE_ST + 16 * i);
+        st.sign_exponent = u16_at(area, FXSAVE_ST + 16 * i + 8);
+    }
+    state.x87 = x87;
+}
+
 fn read_vectors(uc: &libc::ucontext_t, state: &mut CpuState) {
     state.vec = [[0; 8]; 32];
     state.k = [0; 8];
+    state.mxcsr = MXCSR_UNSET;
+    state.x87 = X87::UNSET;
     let area = uc.uc_mcontext.fpregs as *const u8;
     if area.is_null() {
         return;
     }
+    read_float_state(area, state);
     for (i, v) in state.vec.iter_mut().take(16).enumerate() {
         v[0] = u64_at(area, FXSAVE_XMM + 16 * i);
         v[1] = u64_at(area, FXSAVE_XMM + 16 * i + 8);
@@ -144,6 +183,11 @@ fn read_vectors(uc: &libc::ucontext_t, state: &mut CpuState) {
     // SAFETY: as above (`extended_size` follows `magic1`).
     let extended = unsafe { area.add(SW_BYTES + 4).cast::<u32>().read_unaligned() } as usize;
     let xstate_bv = u64_at(area, XSAVE_HEADER);
+    if xstate_bv & (1 << X87_STATE) == 0 {
+        // The x87 unit is in its initial state; the image's bytes for it
+        // need not have been written.
+        state.x87 = X87::INIT;
+    }
     let l = layout();
     let present = |component: u32, off: usize, len: usize| {
         off != 0 && xstate_bv & (1 << component) != 0 && off + len <= extended

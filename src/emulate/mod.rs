@@ -46,7 +46,7 @@ const RED_ZONE: u64 = 128;
 /// a stack without a guard page.
 const DEAD_STACK: u64 = 64 * 1024;
 /// Entries of each thread's decoded-instruction cache (80 bytes each).
-pub const DECODE_CACHE_ENTRIES: usize = 1024;
+pub const DECODE_CACHE_ENTRIES: usize = 4096;
 
 /// Syscalls after which the thread may not come back to the next
 /// instruction with the same stack: exit, exit_group, rt_sigreturn,
@@ -551,7 +551,7 @@ impl Emulator {
                     };
                 }
                 // Past the Nth branch: stop at the first fresh address.
-                if self.visits.count(pc) == 0 || extension == EXTENSION_STEPS {
+                if self.visits.surely_new(pc) || extension == EXTENSION_STEPS {
                     return Pass {
                         nth,
                         exhausted: extension == EXTENSION_STEPS,
@@ -573,7 +573,7 @@ impl Emulator {
                         // many steps it takes. A fresh point past the Nth
                         // branch is no place to end a segment that goes on:
                         // the branches between would be lost.
-                        if self.visits.visit(pc) == Some(0) && entries < wanted {
+                        if self.visits.visit(pc) && entries < wanted {
                             fresh = (steps, entries);
                         }
                     }
@@ -754,7 +754,7 @@ impl Emulator {
                 }
                 break;
             }
-            let _ = self.visits.visit(pc);
+            self.visits.visit(pc);
             run.steps += 1;
             if r.kind == BranchKind::None {
                 continue;

@@ -1,87 +1,75 @@
-//! How many times the emulated path has been at each address in the
-//! current segment: the checkpoint's breakpoint fires at every execution
-//! of its address, so the hit that means "here is the predicted state" is
-//! the visit count plus one.
+//! Where the emulated path has been in the current segment: the checkpoint's
+//! breakpoint fires at every execution of its address, so the hit that
+//! means "here is the predicted state" is the visit count plus one.
 //!
-//! A fixed open-addressing table with generation tags (reset is O(1)).
-//! Async-signal-safe.
+//! Kept cache-friendly, because the handler runs after the application has
+//! evicted its tables from the CPU's caches: the addresses go to a
+//! sequential log (counts come from scanning it, which is only needed a
+//! few times a segment), and "has the path been here before?", asked at
+//! every step, is answered by a 4096-bit filter that fits in L1. The filter
+//! may say "maybe" for an address never visited (two addresses sharing a
+//! bit), never "no" for one visited: a fresh point it reports is fresh.
+//!
+//! Async-signal-safe: fixed arrays, no allocation.
 
-/// Slots of the table: a power of two, at least twice the instruction
-/// budget of a segment, so a probe always ends at a free slot.
-pub const VISIT_SLOTS: usize = 8192;
-
-#[derive(Clone, Copy, Default)]
-struct Slot {
-    addr: u64,
-    generation: u32,
-    count: u32,
-}
+/// Addresses the log holds: the instruction budget of a segment.
+pub const VISIT_LOG: usize = super::MAX_SEGMENT_INSTRUCTIONS as usize;
+const FILTER_BITS: usize = 4096;
 
 pub struct Visits {
-    slots: [Slot; VISIT_SLOTS],
-    generation: u32,
-    distinct: usize,
+    log: [u64; VISIT_LOG],
+    len: usize,
+    filter: [u64; FILTER_BITS / 64],
+}
+
+fn bit(addr: u64) -> (usize, u64) {
+    let h = (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize & (FILTER_BITS - 1);
+    (h / 64, 1u64 << (h % 64))
 }
 
 impl Visits {
-    /// An empty table on the heap (128 KiB).
+    /// An empty log on the heap (16 KiB).
     pub fn new() -> Box<Visits> {
         Box::new(Visits {
-            slots: [Slot::default(); VISIT_SLOTS],
-            generation: 1,
-            distinct: 0,
+            log: [0; VISIT_LOG],
+            len: 0,
+            filter: [0; FILTER_BITS / 64],
         })
     }
 
     pub fn reset(&mut self) {
-        self.generation = self.generation.wrapping_add(1);
-        if self.generation == 0 {
-            self.slots = [Slot::default(); VISIT_SLOTS];
-            self.generation = 1;
-        }
-        self.distinct = 0;
+        self.len = 0;
+        self.filter = [0; FILTER_BITS / 64];
     }
 
-    fn position(&self, addr: u64) -> usize {
-        let mut i = (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) as usize & (VISIT_SLOTS - 1);
-        loop {
-            let s = &self.slots[i];
-            if s.generation != self.generation || s.addr == addr {
-                return i;
-            }
-            i = (i + 1) & (VISIT_SLOTS - 1);
+    /// Records a visit to `addr`; returns true when the path has surely
+    /// not been there before in this segment. A full log records nothing
+    /// more (the segment's budget ends it first).
+    #[inline]
+    pub fn visit(&mut self, addr: u64) -> bool {
+        let (word, mask) = bit(addr);
+        let fresh = self.filter[word] & mask == 0;
+        self.filter[word] |= mask;
+        if self.len < VISIT_LOG {
+            self.log[self.len] = addr;
+            self.len += 1;
         }
+        fresh
     }
 
-    /// Counts a visit to `addr`; returns the visits before this one, or
-    /// `None` when the table is half full (the caller ends the segment).
-    pub fn visit(&mut self, addr: u64) -> Option<u32> {
-        let i = self.position(addr);
-        let generation = self.generation;
-        let s = &mut self.slots[i];
-        if s.generation != generation {
-            if self.distinct >= VISIT_SLOTS / 2 {
-                return None;
-            }
-            self.distinct += 1;
-            *s = Slot {
-                addr,
-                generation,
-                count: 0,
-            };
-        }
-        s.count += 1;
-        Some(s.count - 1)
+    /// Whether the path has surely not been at `addr` in this segment.
+    #[inline]
+    pub fn surely_new(&self, addr: u64) -> bool {
+        let (word, mask) = bit(addr);
+        self.filter[word] & mask == 0
     }
 
-    /// Visits to `addr` so far.
+    /// Visits to `addr` so far (exact).
     pub fn count(&self, addr: u64) -> u32 {
-        let s = &self.slots[self.position(addr)];
-        if s.generation == self.generation {
-            s.count
-        } else {
-            0
+        if self.surely_new(addr) {
+            return 0;
         }
+        self.log[..self.len].iter().filter(|&&a| a == addr).count() as u32
     }
 }
 
@@ -92,24 +80,26 @@ mod tests {
     #[test]
     fn counts_visits_per_address_and_resets() {
         let mut v = Visits::new();
-        assert_eq!(v.visit(0x1000), Some(0));
-        assert_eq!(v.visit(0x1004), Some(0));
-        assert_eq!(v.visit(0x1000), Some(1));
+        assert!(v.visit(0x1000));
+        assert!(v.visit(0x1004));
+        assert!(!v.visit(0x1000));
         assert_eq!(v.count(0x1000), 2);
         assert_eq!(v.count(0x2000), 0);
+        assert!(!v.surely_new(0x1004));
         v.reset();
         assert_eq!(v.count(0x1000), 0);
-        assert_eq!(v.visit(0x1000), Some(0));
+        assert!(v.visit(0x1000));
     }
 
     #[test]
-    fn a_half_full_table_refuses_new_addresses() {
+    fn the_filter_never_calls_a_visited_address_new() {
         let mut v = Visits::new();
-        for i in 0..(VISIT_SLOTS / 2) as u64 {
-            assert!(v.visit(0x40_0000 + i).is_some());
+        for i in 0..1500u64 {
+            v.visit(0x40_0000 + 3 * i);
         }
-        assert_eq!(v.visit(0x90_0000), None);
-        // Known addresses still count.
-        assert_eq!(v.visit(0x40_0000), Some(1));
+        for i in 0..1500u64 {
+            assert!(!v.surely_new(0x40_0000 + 3 * i));
+            assert_eq!(v.count(0x40_0000 + 3 * i), 1);
+        }
     }
 }
