@@ -250,11 +250,10 @@ fn compare_recording(
 
     let module = ElfModule::load(binary).unwrap();
     let index = module.instructions();
-    // Callgrind reports no returns as jumps, and books a call through a PLT
-    // stub as a call to its final target: those entries have no
-    // counterpart in its edges.
-    let plt = bench_harness::elf::plt_ranges(binary);
-    let in_plt = |a: u64| plt.iter().any(|&(lo, hi)| (lo..hi).contains(&a));
+    // Callgrind reports no returns as jumps, and books the PLT stubs and
+    // `.init` elsewhere: those entries have no counterpart in its edges.
+    let unbooked = bench_harness::callgrind::unbooked_ranges(binary);
+    let unbooked_at = |a: u64| unbooked.iter().any(|&(lo, hi)| (lo..hi).contains(&a));
     let traced: BTreeMap<Edge, u64> = module_edges(&rec.script, name)
         .into_iter()
         .filter(|(e, _)| {
@@ -262,7 +261,7 @@ fn compare_recording(
                 .position(e.from)
                 .is_some_and(|k| index.flows[k] != iced_x86::FlowControl::Return)
         })
-        .filter(|(e, _)| !in_plt(e.from) && !in_plt(e.to))
+        .filter(|(e, _)| !unbooked_at(e.from) && !unbooked_at(e.to))
         .collect();
     let exact_edges = exact.taken_edges();
     let missing: Vec<(Edge, u64)> = traced

@@ -107,6 +107,21 @@ pub fn valgrind_args(out: &Path) -> Vec<std::ffi::OsString> {
     args
 }
 
+/// Link-time address ranges of `binary` whose transfers callgrind never books
+/// to the binary's own object, so a trace's edges there have no counterpart
+/// in the reference:
+/// - the PLT sections (`.plt`, `.plt.sec`, `.plt.got`): with `--skip-plt`,
+///   its default, callgrind books a call or tail jump through a stub as a
+///   call straight to the final target and never shows the stub;
+/// - `.init` and `.fini`: valgrind 3.19's debug-info reader leaves them out
+///   of the executable's mapping and books them to an object named `???` at
+///   run-time addresses (measured on `_init`'s `je` over `__gmon_start__`).
+pub fn unbooked_ranges(binary: &Path) -> Vec<(u64, u64)> {
+    crate::elf::section_ranges(binary, |name| {
+        name.starts_with(".plt") || name == ".init" || name == ".fini"
+    })
+}
+
 /// A whole callgrind file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Profile {

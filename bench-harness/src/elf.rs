@@ -278,9 +278,9 @@ impl ElfModule {
     }
 }
 
-/// Link-time address ranges of the module's PLT sections (`.plt`,
-/// `.plt.sec`, `.plt.got`); empty when the file cannot be read.
-pub fn plt_ranges(path: &Path) -> Vec<(u64, u64)> {
+/// Link-time address ranges of the module's sections whose name satisfies
+/// `wanted`; empty when the file cannot be read.
+pub fn section_ranges(path: &Path, wanted: impl Fn(&str) -> bool) -> Vec<(u64, u64)> {
     let Ok(data) = std::fs::read(path) else {
         return Vec::new();
     };
@@ -288,7 +288,7 @@ pub fn plt_ranges(path: &Path) -> Vec<(u64, u64)> {
         return Vec::new();
     };
     file.sections()
-        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+        .filter(|s| s.name().is_ok_and(&wanted))
         .map(|s| (s.address(), s.address() + s.size()))
         .collect()
 }

@@ -165,18 +165,15 @@ pub fn score(r: &Reference, rec: &Recorded) -> Scores {
             .is_some_and(|i| i.flow_control() == FlowControl::Return)
     };
     let exact = r.counts.taken_edges();
-    // With --skip-plt (its default) callgrind books a call or tail jump
-    // through a PLT stub as a call straight to the final target, and never
-    // shows the stub; our trace has the call to the stub and the stub's
-    // jump. Edges into or out of a PLT section have no counterpart in the
-    // reference, so they are left out of the comparison.
-    let plt = bench_harness::elf::plt_ranges(&r.module.path);
-    let in_plt = |a: u64| plt.iter().any(|&(lo, hi)| (lo..hi).contains(&a));
+    // Edges into or out of code callgrind books elsewhere have no
+    // counterpart in the reference.
+    let unbooked = bench_harness::callgrind::unbooked_ranges(&r.module.path);
+    let unbooked_at = |a: u64| unbooked.iter().any(|&(lo, hi)| (lo..hi).contains(&a));
     let ours: BTreeMap<Edge, u64> = rec
         .edges
         .iter()
         .filter(|(e, _)| !is_return(e.from))
-        .filter(|(e, _)| !in_plt(e.from) && !in_plt(e.to))
+        .filter(|(e, _)| !unbooked_at(e.from) && !unbooked_at(e.to))
         .map(|(e, c)| (*e, *c))
         .collect();
     let edge_overlap = overlap(&ours, &exact);
