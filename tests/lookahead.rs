@@ -126,6 +126,7 @@ fn every_mode_is_right_and_each_saves_stops_over_the_last() {
         );
         assert!(
             counter(&emulate.summary, "validated_entries")
+                + counter(&emulate.summary, "proven_entries")
                 == counter(&emulate.summary, "entries_recorded"),
             "{name}: emulate recorded entries no checkpoint validated: {}",
             emulate.summary

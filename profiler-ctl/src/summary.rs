@@ -138,7 +138,29 @@ pub fn render(
         c.traces_completed, c.traces_started, summary.entries_written, c.samples
     );
     let (resolved, evaluated) = (c.statically_resolved, c.dynamically_evaluated);
-    if resolved + evaluated > 0 {
+    if c.segments > 0 {
+        let per_trace = if c.traces_started > 0 {
+            format!(
+                " ({:.1} per trace)",
+                c.breakpoints as f64 / c.traces_started as f64
+            )
+        } else {
+            String::new()
+        };
+        let mismatched = c.speculation_mismatch_registers + c.speculation_mismatch_memory;
+        let _ = writeln!(
+            out,
+            "  look-ahead: {} breakpoints{per_trace}; {} segments emulated, {} proven without \
+             a checkpoint; {} checkpoints, {mismatched} mismatched, {} unreached; {} \
+             instructions left to the CPU",
+            c.breakpoints,
+            c.segments,
+            c.segments_proven,
+            c.checkpoints,
+            c.checkpoint_unreached,
+            c.step_overs
+        );
+    } else if resolved + evaluated > 0 {
         let s = resolved as f64 / (resolved + evaluated) as f64;
         let t = if evaluated > 0 {
             c.dynamic_taken as f64 / evaluated as f64
@@ -165,6 +187,7 @@ pub fn render(
     if total > 0 {
         let parts: Vec<String> = times
             .iter()
+            .filter(|(_, n)| *n > 0)
             .map(|(name, n)| format!("{} {}", format_ns(*n), name.trim_end_matches("_ns")))
             .collect();
         let share = if summary.duration_ns > 0 {
@@ -290,7 +313,7 @@ fn flatten(prefix: &str, value: &Value, rows: &mut Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use breakdance_protocol::{AbortReason, Event, SessionConfig, SCHEMA_VERSION};
+    use breakdance_protocol::{AbortReason, Event, Lookahead, SessionConfig, SCHEMA_VERSION};
 
     fn module(path: &str, afdo: &str, branches: u64) -> ModuleSummary {
         ModuleSummary {
@@ -312,7 +335,7 @@ mod tests {
                 period: Some(1000000),
                 freq: None,
                 lbr: 32,
-                ..Default::default()
+                lookahead: Lookahead::Paper,
             },
             duration_ns: 2_000_000_000,
             threads: 1,
@@ -367,7 +390,7 @@ mod tests {
         );
         let expected = "\
 breakdance: profiled `./demo` (pid 4242) for 2.00 s, 1 thread; outputs in /nonexistent/out
-  event task-clock, period 1000000, trace length 32, look-ahead emulate
+  event task-clock, period 1000000, trace length 32, look-ahead paper
   traces: 1234 completed of 1300 started; 39488 branches written; 1500 samples
   look-ahead: 20000 breakpoints; s = 0.60 of branches resolved statically, t = 0.25 of the rest taken
   aborts: sp_mismatch 3, thread_exit 2
@@ -380,6 +403,44 @@ next: turn the traces into an AutoFDO profile:
   or: create_llvm_prof --profiler=text --profile=/nonexistent/out/demo.afdo.txt --binary=/work/demo --out=prof.gcov
 ";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn emulate_mode_reports_segments_and_checkpoints() {
+        let mut s = example();
+        s.config.lookahead = Lookahead::Emulate;
+        let c = &mut s.counters;
+        (
+            c.statically_resolved,
+            c.dynamically_evaluated,
+            c.dynamic_taken,
+        ) = (0, 0, 0);
+        (c.breakpoints, c.segments, c.segments_proven) = (1950, 1400, 100);
+        (c.checkpoints, c.checkpoint_unreached, c.step_overs) = (1290, 8, 2);
+        (
+            c.speculation_mismatch_registers,
+            c.speculation_mismatch_memory,
+        ) = (1, 1);
+        (c.decode_ns, c.emulation_ns) = (0, 30_000_000);
+        let text = render(&s, Some(Path::new("/work/demo")), &[], None);
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix} line in\n{text}"))
+                .trim()
+                .to_string()
+        };
+        assert_eq!(
+            line("look-ahead:"),
+            "look-ahead: 1950 breakpoints (1.5 per trace); 1400 segments emulated, 100 proven \
+             without a checkpoint; 1290 checkpoints, 2 mismatched, 8 unreached; 2 instructions \
+             left to the CPU"
+        );
+        assert_eq!(
+            line("handler time:"),
+            "handler time: 12.3 ms sampling, 45.6 ms breakpoint, 30.0 ms emulation = 4.4% of \
+             the run's wall time"
+        );
     }
 
     #[test]

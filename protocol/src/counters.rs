@@ -98,6 +98,9 @@ macro_rules! for_each_counter {
             /// memory no other thread can change (the data-flow rules), so
             /// exact with no checkpoint.
             segments_proven: Count,
+            /// Emulate mode: taken branches of proven segments (with
+            /// `validated_entries`, all of `entries_recorded` in that mode).
+            proven_entries: Count,
             /// Emulate mode: checkpoints reached and compared.
             checkpoints: Count,
             /// Emulate mode: breakpoint hits at a checkpoint's address before
@@ -117,8 +120,7 @@ macro_rules! for_each_counter {
             /// cpuid, an instruction the emulator lacks) with a breakpoint
             /// after them.
             step_overs: Count,
-            /// Emulate mode: taken branches validated at a checkpoint (all
-            /// of `entries_recorded` in that mode).
+            /// Emulate mode: taken branches validated at a checkpoint.
             validated_entries: Count,
             /// Handlers left half-way by an application's longjmp, taken
             /// back by the thread's next handler.

@@ -264,6 +264,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
             Counters::bump(&c.segments_proven);
             Counters::add(&c.emulated_steps, seg.steps as u64);
             Counters::add(&c.entries_recorded, seg.entries as u64);
+            Counters::add(&c.proven_entries, seg.entries as u64);
             t.committed = None;
             end(tracer, slot, t, TraceEnd::Complete);
             return;

@@ -297,6 +297,13 @@ pub fn check_reconciles(rec: &Recording) {
         c("entries_written") + c("drops.trace_table_full_entries"),
         "entries_recorded ≠ entries_written + trace_table_full_entries: {s}"
     );
+    if s["config"]["lookahead"] == "emulate" {
+        assert_eq!(
+            c("entries_recorded"),
+            c("validated_entries") + c("proven_entries"),
+            "emulate: entries_recorded ≠ validated_entries + proven_entries: {s}"
+        );
+    }
     let (traces, entries) = raw_script_counts(&rec.dir.join("perf.script"));
     assert_eq!(
         (traces, entries),
