@@ -598,6 +598,62 @@ pub(crate) fn div(env: &mut Env, fmt: Format, a: Num, b: Num) -> Out {
     Out::Bits(bits)
 }
 
+/// The x87's partial remainder (fprem): `a` − q·`b` with q the quotient
+/// truncated toward zero, exact. Where the exponents differ by 64 or more
+/// the unit reduces only part of the way: by `b` × 2^(d − n) with n = 32 +
+/// (d mod 32), and reports the reduction incomplete. Returns the result
+/// and, unless it is a NaN, the low bits of q and whether the reduction is
+/// complete.
+pub(crate) fn remainder(env: &mut Env, a: Num, b: Num) -> (Out, Option<(u64, bool)>) {
+    let invalid_operands = matches!(a, Num::Inf { .. }) || matches!(b, Num::Zero { .. });
+    if invalid_operands && !a.is_nan() && !b.is_nan() {
+        // Before the denormal check: the CPU raises IE alone.
+        return (invalid(env, F80), None);
+    }
+    if let Some(o) = operands(env, F80, &[a, b]) {
+        return (o, None);
+    }
+    let neg = a.neg();
+    match (a, b) {
+        (Num::Zero { .. }, _) | (_, Num::Inf { .. }) => (Out::Bits(exact(env, a)), Some((0, true))),
+        (
+            Num::Fin {
+                exp: ea, sig: sa, ..
+            },
+            Num::Fin {
+                exp: eb, sig: sb, ..
+            },
+        ) => {
+            let d = ea - eb;
+            if d < 0 {
+                return (Out::Bits(exact(env, a)), Some((0, true)));
+            }
+            let (n, complete) = if d < 64 {
+                (d, true)
+            } else {
+                (32 + d % 32, false)
+            };
+            let num = u128::from(sa) << n;
+            let (q, r) = (num / u128::from(sb), num % u128::from(sb));
+            let bits = if r == 0 {
+                pack_special(F80, Num::Zero { neg })
+            } else {
+                round(env, F80, neg, eb + (d - n), r)
+            };
+            (Out::Bits(bits), Some((q as u64, complete)))
+        }
+        _ => (Out::Bits(unreachable_bits(env)), None),
+    }
+}
+
+/// A finite value, zero or infinity packed as it is.
+fn exact(env: &mut Env, n: Num) -> u128 {
+    match n {
+        Num::Fin { neg, exp, sig, .. } => round(env, F80, neg, exp, u128::from(sig)),
+        other => pack_special(F80, other),
+    }
+}
+
 /// √a, for precisions up to 62 bits (SSE).
 pub(crate) fn sqrt(env: &mut Env, fmt: Format, a: Num) -> Out {
     debug_assert!(fmt.p <= 62);

@@ -609,6 +609,7 @@ pub(crate) fn install<X: Machine>(t: &mut Table<X>) {
     forms!(t, x87::fxch::<X> => Fxch_st0_sti);
     forms!(t, x87::fsign::<X, false> => Fchs);
     forms!(t, x87::fsign::<X, true> => Fabs);
+    forms!(t, x87::fprem::<X> => Fprem);
     forms!(t, x87::arith_mem::<X, {x87::ADD}, 4, false> => Fadd_m32fp);
     forms!(t, x87::arith_mem::<X, {x87::SUB}, 4, false> => Fsub_m32fp);
     forms!(t, x87::arith_mem::<X, {x87::SUBR}, 4, false> => Fsubr_m32fp);

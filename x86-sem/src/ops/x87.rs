@@ -351,6 +351,35 @@ pub(crate) fn fsign<X: Machine, const ABS: bool>(x: &mut X, _i: &Insn, _r: &mut 
     commit(x, s, &Env::new(0), false, C0 | C2 | C3)
 }
 
+/// fprem: ST(0) becomes its partial remainder by ST(1) (see
+/// [`float::remainder`]); C0, C3 and C1 take bits 2, 1 and 0 of the
+/// quotient, or while the reduction is incomplete C2 is set and the
+/// others cleared. A NaN result clears C1 and C2 and leaves C0 and C3 as
+/// they were. (The manuals leave both cases unsaid; this is what the CPU
+/// does, checked by tests/cpu.rs.)
+pub(crate) fn fprem<X: Machine>(x: &mut X, _i: &Insn, _r: &mut Retired) -> Flow {
+    let mut s = begin(x)?;
+    let mut e = env(&s);
+    let a = float::unpack(F80, bits(get(&s, 0)?), false);
+    let b = float::unpack(F80, bits(get(&s, 1)?), false);
+    let (out, quotient) = float::remainder(&mut e, a, b);
+    set(&mut s, 0, reg_of(result(out, a, b)));
+    let mut q0 = false;
+    s.fsw &= !C2;
+    s.undefined &= !C2;
+    if let Some((q, complete)) = quotient {
+        s.fsw &= !(C0 | C3);
+        s.undefined &= !(C0 | C3);
+        if complete {
+            s.fsw |= if q & 4 != 0 { C0 } else { 0 } | if q & 2 != 0 { C3 } else { 0 };
+            q0 = q & 1 != 0;
+        } else {
+            s.fsw |= C2;
+        }
+    }
+    commit(x, s, &e, q0, 0)
+}
+
 /// Arithmetic, named by the mnemonic; the reversed forms swap operands.
 pub(crate) const ADD: u8 = 0;
 pub(crate) const SUB: u8 = 1;

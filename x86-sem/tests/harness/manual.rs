@@ -40,8 +40,24 @@ fn condition_codes(i: &Instruction) -> (u16, u16, bool) {
         | Fcmovnu => (CC, CC, false),
         // Intel's manual clears C1; Zen 5 keeps it.
         Fucomi | Fucomip | Fcomi | Fcomip => (C1, C1, false),
+        // The quotient's low bits and whether the reduction is complete.
+        Fprem => (CC, 0, false),
         m if format!("{m:?}").starts_with('F') => (CC, CC & !C1, false),
         _ => (0, 0, false),
+    }
+}
+
+/// Condition codes an instruction that writes them leaves as they were in
+/// this execution, given the state after it: fprem with a NaN result keeps
+/// C0 and C3 (measured on the CPU; the manuals do not say).
+pub fn cc_kept(i: &Instruction, after: &CpuState) -> u16 {
+    let x = &after.x87;
+    let st0 = x.st[0];
+    let nan = st0.sign_exponent & 0x7fff == 0x7fff && st0.mantissa << 1 != 0;
+    if i.mnemonic() == Mnemonic::Fprem && nan {
+        0x4100
+    } else {
+        0
     }
 }
 
