@@ -79,6 +79,18 @@ fn opmix_integer_sse_and_libc() {
 }
 
 #[test]
+fn floats_sse_x87_and_libm() {
+    let src = common::workloads().join("floats.c");
+    for cc in [Cc::Gcc, Cc::Clang] {
+        let Some(exe) = common::build_static("floats", std::slice::from_ref(&src), cc, &["-lm"])
+        else {
+            continue;
+        };
+        same_as_native(&exe, &["20000"], b"");
+    }
+}
+
+#[test]
 fn resonance_loop() {
     let src = common::workloads().join("resonance.c");
     for cc in [Cc::Gcc, Cc::Clang] {

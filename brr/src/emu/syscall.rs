@@ -9,7 +9,7 @@ use super::mem::{GuestMemory, Prot, PAGE};
 use crate::lfsr::Lfsr;
 use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter, Instruction};
 use std::path::Path;
-use x86_sem::{gpr, CpuState, Memory, Registers, Stop};
+use x86_sem::{gpr, CpuState, Memory, Registers, Stop, MXCSR_DEFAULT, X87};
 
 /// Anonymous mmaps are placed downwards from here.
 const MMAP_TOP: u64 = 0x7f00_0000_0000;
@@ -79,6 +79,9 @@ impl Process {
         let mut cpu = CpuState::new();
         cpu.rip = image.entry;
         cpu.gpr[gpr::RSP] = sp;
+        // The state the kernel gives a new process (x86-64 psABI §3.4.1).
+        cpu.mxcsr = MXCSR_DEFAULT;
+        cpu.x87 = X87::INIT;
         let brk = image.brk_start;
         Ok(Process {
             machine: Machine::new(cpu, mem, Lfsr::new(seed)),
