@@ -176,6 +176,80 @@ fn siglongjmp_out_of_sigalrm_keeps_sampling_and_stopping() {
     assert_sampling_went_on("sigalrm_longjmp", &rec, period, cpu_ms);
 }
 
+/// Forty phases, each left for good by a siglongjmp from SIGPROF: a trace
+/// waiting at a breakpoint in a phase that ended waits for a branch the
+/// thread never runs again. In every look-ahead mode the tracer gives such
+/// a trace up at a later sample and sampling goes on through all the
+/// phases (before `breakpoint_unreached`, the paper's one-shot sampling
+/// stayed off after the first such trace: a few percent of the samples).
+#[test]
+fn a_breakpoint_the_thread_never_reaches_does_not_end_sampling() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("abandoned");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "abandoned_paths",
+        &["abandoned_paths.c"],
+        &[],
+    );
+    let phase_ms = 15;
+    let args = [phase_ms.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let native = native(&scratch, &program, &args);
+    let period = 1_000_000;
+    for mode in ["paper", "dataflow", "emulate"] {
+        let out = scratch.path(&format!("out-{mode}"));
+        let mut command = Command::new(&tracer.ctl);
+        command
+            .args([
+                "record",
+                "-q",
+                "-c",
+                &period.to_string(),
+                "--lookahead",
+                mode,
+            ])
+            .arg("-o")
+            .arg(&out)
+            .arg("--")
+            .arg(&program)
+            .args(&args);
+        let profiled = run_bounded(&format!("abandoned-{mode}"), command, &scratch);
+        assert_same_behaviour(
+            &format!("abandoned_paths {mode}"),
+            &native.output,
+            &profiled.output,
+        );
+        let rec = load(&out);
+        check_summary(&rec);
+        assert_valid_traces("abandoned_paths", &rec);
+        // The phases' CPU time, at least: ITIMER_PROF counts the kernel's
+        // share too, which the profiler adds to.
+        assert_sampling_went_on(
+            &format!("abandoned_paths {mode}"),
+            &rec,
+            period,
+            40 * phase_ms,
+        );
+        let given_up = match mode {
+            "emulate" => counter(&rec.summary, "aborts.checkpoint_unreached"),
+            _ => counter(&rec.summary, "aborts.breakpoint_unreached"),
+        };
+        eprintln!("abandoned_paths {mode}: {given_up} traces given up");
+        // With forty phases and a trace open much of the time, some phase
+        // ends with one waiting: otherwise this run proved nothing.
+        assert!(
+            given_up > 0,
+            "abandoned_paths {mode}: no trace was waiting when a phase ended: {}",
+            rec.summary
+        );
+    }
+}
+
 /// A SIGPROF handler that runs the code where the breakpoint is armed, with
 /// nothing blocked and with every signal blocked: the thread never
 /// livelocks on breakpoint hits it cannot take.

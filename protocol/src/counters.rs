@@ -35,6 +35,10 @@ macro_rules! for_each_counter {
             samples: Count,
             /// Traces begun at a sample.
             traces_started: Count,
+            /// Samples that came while the thread's open trace was still
+            /// moving from stop to stop (paper, dataflow, verify): it goes
+            /// on, and no trace is begun.
+            samples_in_trace: Count,
             /// Traces that reached their length.
             traces_completed: Count,
             /// Traces that ended before their first entry (written nowhere).
@@ -313,6 +317,10 @@ reasons! {
     SpeculationMismatch => speculation_mismatch,
     /// Emulate mode: the next sample came before the checkpoint was hit.
     CheckpointUnreached => checkpoint_unreached,
+    /// Paper, dataflow, verify: a whole sampling period passed with no stop
+    /// at the trace's breakpoint (the thread left that path by longjmp, or
+    /// waits, or runs code where the breakpoint is not).
+    BreakpointUnreached => breakpoint_unreached,
     /// Emulate mode: the next instruction faults (the program's own fault).
     EmulationFault => emulation_fault,
     /// The handler following the trace never returned (an application

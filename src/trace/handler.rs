@@ -286,13 +286,12 @@ pub(super) fn rearm_sampling(t: &mut ThreadTrace) {
     }
 }
 
-/// Closes the open trace, makes sure the buffer has room for the next one
-/// (swapping it for an empty one if not: the paper's free-space check at
-/// re-arm time) and re-arms one-shot sampling.
+/// Closes the open trace and makes sure the buffer has room for the next
+/// one (swapping it for an empty one if not: the paper's free-space check).
+/// Sampling was re-armed at the sample that began the trace.
 pub(super) fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: TraceEnd) {
     close_open_trace(t, &slot.counters, end);
     make_room(tracer, slot, t);
-    rearm_sampling(t);
 }
 
 /// Makes sure the buffer has room for a whole trace, swapping it for an

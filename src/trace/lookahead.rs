@@ -16,6 +16,13 @@
 //!   registers at each breakpoint stop. Recorded entries are paper's: a
 //!   verify-mode profile is exact.
 //!
+//! Sampling stays armed while a trace is open (the paper re-arms it only
+//! when a trace ends). A sample that finds the trace moving from stop to
+//! stop lets it go on (`samples_in_trace`); one that finds no stop in the
+//! whole period gives it up (`breakpoint_unreached`: the thread left the
+//! path by longjmp, or waits) and begins a new trace. Otherwise one
+//! breakpoint the thread never reaches would end its sampling for good.
+//!
 //! Contract of everything here: async-signal-safe, as `handler.rs`.
 
 use crate::buffer::{AbortReason, BranchEntry, TraceBuffer, TraceEnd};
@@ -28,7 +35,8 @@ use crate::sys;
 use super::counters::Counters;
 use super::exec_map::LiveCode;
 use super::handler::{
-    arm_breakpoint, disarm_breakpoint, end_trace, top_up_breakpoint, StopRegisters, Ucontext,
+    arm_breakpoint, close_open_trace, disarm_breakpoint, end_trace, make_room, top_up_breakpoint,
+    StopRegisters, Ucontext,
 };
 use super::{Lookahead, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer};
 
@@ -81,10 +89,22 @@ pub(super) fn on_sample(
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
+    // Sampling stays armed while a trace is open, so that a breakpoint the
+    // thread never reaches cannot end the thread's sampling for good.
+    super::handler::rearm_sampling(t);
     if t.pending.is_some() {
-        // One-shot sampling makes this impossible; be safe anyway.
-        return;
+        if t.stops_since_sample > 0 {
+            // The trace moved in the last period: it goes on.
+            t.stops_since_sample = 0;
+            Counters::bump(&c.samples_in_trace);
+            return;
+        }
+        // A whole period without a stop: the thread is not coming to the
+        // breakpoint. This sample begins a new trace.
+        close_open_trace(t, c, TraceEnd::Aborted(AbortReason::BreakpointUnreached));
+        make_room(tracer, slot, t);
     }
+    t.stops_since_sample = 0;
     if t.buffer.is_none() {
         t.buffer = tracer.pool.free.pop();
     }
@@ -92,7 +112,6 @@ pub(super) fn on_sample(
         Some(b) => b.open_trace(),
         None => {
             Counters::bump(&c.no_free_buffer);
-            super::handler::rearm_sampling(t);
             return;
         }
     }
@@ -128,6 +147,7 @@ pub(super) fn on_breakpoint(
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.breakpoints);
+    t.stops_since_sample = t.stops_since_sample.saturating_add(1);
     let Some(pending) = t.pending else {
         disarm_breakpoint(t);
         return;

@@ -158,6 +158,10 @@ pub struct ThreadTrace {
     pub bp_hits_left: u32,
     pub buffer: Option<Box<TraceBuffer>>,
     pub pending: Option<Pending>,
+    /// Breakpoint stops since the last sample: whether the open trace of a
+    /// stop-per-branch mode moved in the last period (see
+    /// `lookahead::on_sample`).
+    pub stops_since_sample: u32,
     pub cache: Option<Box<BlockCache>>,
     pub insn: Instruction,
     /// The registers at the last breakpoint stop (see
@@ -186,6 +190,7 @@ impl ThreadTrace {
             full_period: 0,
             buffer: None,
             pending: None,
+            stops_since_sample: 0,
             cache: None,
             insn: Instruction::default(),
             last_stop: None,

@@ -191,7 +191,7 @@ pub fn counter(summary: &serde_json::Value, path: &str) -> u64 {
         .unwrap_or_else(|| panic!("summary.json {path} is not a count: {value}"))
 }
 
-pub const ABORT_KINDS: [&str; 14] = [
+pub const ABORT_KINDS: [&str; 15] = [
     "rseq",
     "sp_mismatch",
     "pc_mismatch",
@@ -204,6 +204,7 @@ pub const ABORT_KINDS: [&str; 14] = [
     "breakpoint_failed",
     "speculation_mismatch",
     "checkpoint_unreached",
+    "breakpoint_unreached",
     "emulation_fault",
     "handler_abandoned",
 ];
@@ -252,8 +253,9 @@ pub fn raw_script_counts(path: &Path) -> (u64, u64) {
 /// The counters of summary.json reconcile with each other and with what
 /// perf.script holds, counted independently of the writer:
 ///
-/// - samples ≥ traces_started + drops.no_free_buffer (a sample starts a
-///   trace unless no buffer is free);
+/// - samples = traces_started + drops.no_free_buffer + samples_in_trace (a
+///   sample starts a trace unless no buffer is free or the thread's trace
+///   is still moving);
 /// - traces_started = traces_completed + Σ aborts by reason, and
 ///   traces_aborted = Σ aborts;
 /// - traces_written = traces_completed + traces_aborted − traces_empty −
@@ -273,9 +275,10 @@ pub fn check_reconciles(rec: &Recording) {
     for kind in DROP_KINDS {
         c(&format!("drops.{kind}"));
     }
-    assert!(
-        c("samples") >= c("traces_started") + c("drops.no_free_buffer"),
-        "samples < traces_started + no_free_buffer: {s}"
+    assert_eq!(
+        c("samples"),
+        c("traces_started") + c("drops.no_free_buffer") + c("samples_in_trace"),
+        "samples ≠ traces_started + no_free_buffer + samples_in_trace: {s}"
     );
     assert_eq!(
         c("traces_aborted"),
