@@ -39,6 +39,12 @@ macro_rules! for_each_counter {
             /// moving from stop to stop (paper, dataflow, verify): it goes
             /// on, and no trace is begun.
             samples_in_trace: Count,
+            /// Samples that found the thread at a breakpoint past its debug
+            /// exception (RF set), where it will not fire: the stop's
+            /// SIGTRAP merged into the sample's (one SIGTRAP pends at a
+            /// time), or a new trace's first branch is the very instruction
+            /// the last stop left the thread at. Taken as the stop.
+            merged_stops: Count,
             /// Traces that reached their length.
             traces_completed: Count,
             /// Traces that ended before their first entry (written nowhere).
@@ -393,10 +399,10 @@ mod tests {
 
     #[test]
     fn reasons_have_stable_names() {
-        assert_eq!(AbortReason::COUNT, 14);
+        assert_eq!(AbortReason::COUNT, 15);
         assert_eq!(AbortReason::ALL[2].name(), "pc_mismatch");
         let a = Aborts::from_fn(|r| r as u64);
         assert_eq!(a.get(AbortReason::BreakpointFailed), 9);
-        assert_eq!(a.total(), (0..14).sum::<u64>());
+        assert_eq!(a.total(), (0..15).sum::<u64>());
     }
 }

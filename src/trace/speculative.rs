@@ -90,6 +90,18 @@ pub(super) fn on_sample(
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
+    let regs = Ucontext(uc);
+    if t.awaiting
+        .is_some_and(|a| super::lookahead::at_breakpoint_past_its_trap(t, &regs, a.at()))
+    {
+        // The checkpoint's stop (see `at_breakpoint_past_its_trap`).
+        Counters::bump(&c.samples_in_trace);
+        Counters::bump(&c.merged_stops);
+        t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
+        handler::rearm_sampling(t);
+        on_breakpoint(tracer, slot, t, uc);
+        return;
+    }
     if t.awaiting.is_some() {
         // The thread never reached the checkpoint (or the end of the
         // instruction it was left to run) since the last sample.
