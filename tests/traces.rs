@@ -282,8 +282,10 @@ fn samples_in_anonymous_code_are_counted() {
         .iter()
         .map(|r| counter(&r.summary, "aborts.outside_mappings"))
         .sum();
+    // Not outside >= empty: a trace can also end empty for another reason
+    // (one given up at a checkpoint its first segment never reached).
     assert!(
-        empty > 0 && outside >= empty,
+        empty > 0 && outside > 0,
         "no sample in the anonymous page was counted: {}",
         recs[0].summary
     );
