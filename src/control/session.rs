@@ -230,11 +230,11 @@ fn warm_up() {
     let mut insn = iced_x86::Instruction::default();
     struct Bytes<'a>(&'a [u8]);
     impl decode::CodeSource for Bytes<'_> {
-        fn code_at(&self, addr: u64) -> Option<&[u8]> {
+        fn code_at(&mut self, addr: u64) -> Option<&[u8]> {
             self.0.get(addr as usize..)
         }
     }
-    let _ = decode::decode_segment(&Bytes(&code), 0, &mut insn);
+    let _ = decode::decode_segment(&mut Bytes(&code), 0, &mut insn);
     sys::warm_sigaction();
     sys::raw::calibrate_clock();
     let _ = sys::now_ns();

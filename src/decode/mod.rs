@@ -23,13 +23,18 @@ pub use form::{BranchForm, BranchKind, Condition, Gpr, Memory, Outcome, Register
 /// (counted as `lookahead_limit`).
 pub const MAX_SEGMENT_INSTRUCTIONS: u32 = 16_384;
 
+/// The longest x86 instruction, in bytes.
+const MAX_INSTRUCTION_LEN: u64 = 15;
+
 /// Where the decoder reads code from. The handler's implementation checks
-/// the address against the executable mappings known to the session, so a
-/// read never faults.
+/// the address against the executable mappings known to the session and
+/// copies a window of them through fault-safe loads, so a module unmapped
+/// since the table was refreshed reads as missing, never as a crash.
 pub trait CodeSource {
-    /// The bytes from `addr` to the end of the executable mapping holding
-    /// it, or `None` when `addr` is in no known executable mapping.
-    fn code_at(&self, addr: u64) -> Option<&[u8]>;
+    /// Bytes from `addr` on (up to the end of the executable mapping holding
+    /// it, or a window of them), or `None` when `addr` is in no known
+    /// executable mapping or cannot be read.
+    fn code_at(&mut self, addr: u64) -> Option<&[u8]>;
 }
 
 /// Why a look-ahead stopped without reaching a transfer.
@@ -76,7 +81,7 @@ pub struct Segment {
 
 /// Decodes the segment starting at `start`. `insn` is scratch space reused
 /// across calls.
-pub fn decode_segment(code: &impl CodeSource, start: u64, insn: &mut Instruction) -> Segment {
+pub fn decode_segment(code: &mut impl CodeSource, start: u64, insn: &mut Instruction) -> Segment {
     let mut pc = start;
     let mut sp_delta = Some(0i32);
     let mut count = 0u32;
@@ -87,9 +92,11 @@ pub fn decode_segment(code: &impl CodeSource, start: u64, insn: &mut Instruction
         instructions: count,
     };
     'windows: loop {
+        let window_start = pc;
         let Some(bytes) = code.code_at(pc) else {
             return fail(pc, DecodeFailure::OutsideMappings, sp_delta, count);
         };
+        let window_end = pc + bytes.len() as u64;
         let Ok(mut decoder) = Decoder::try_with_ip(64, bytes, pc, DecoderOptions::NONE) else {
             return fail(pc, DecodeFailure::Unsupported, sp_delta, count);
         };
@@ -97,6 +104,13 @@ pub fn decode_segment(code: &impl CodeSource, start: u64, insn: &mut Instruction
             decoder.decode_out(insn);
             count += 1;
             if insn.is_invalid() {
+                if pc != window_start && pc + MAX_INSTRUCTION_LEN > window_end {
+                    // Maybe cut by the end of the window: read one that
+                    // starts here (at the end of the mapping the cut stays,
+                    // and the next pass fails at its first instruction).
+                    count -= 1;
+                    continue 'windows;
+                }
                 // A truncated instruction at the end of the mapping reads as
                 // invalid too; either way there is nothing to follow.
                 return fail(pc, DecodeFailure::Unsupported, sp_delta, count);
@@ -373,7 +387,7 @@ impl BlockCache {
     /// decoder ran (the caller times decoding separately).
     pub fn lookup(
         &mut self,
-        code: &impl CodeSource,
+        code: &mut impl CodeSource,
         start: u64,
         generation: u32,
         insn: &mut Instruction,

@@ -4,15 +4,15 @@ use super::*;
 struct Code(u64, Vec<u8>);
 
 impl CodeSource for Code {
-    fn code_at(&self, addr: u64) -> Option<&[u8]> {
+    fn code_at(&mut self, addr: u64) -> Option<&[u8]> {
         let off = addr.checked_sub(self.0)? as usize;
         (off < self.1.len()).then(|| &self.1[off..])
     }
 }
 
 fn segment(bytes: &[u8]) -> Segment {
-    let code = Code(0x1000, bytes.to_vec());
-    decode_segment(&code, 0x1000, &mut Instruction::default())
+    let mut code = Code(0x1000, bytes.to_vec());
+    decode_segment(&mut code, 0x1000, &mut Instruction::default())
 }
 
 fn form(seg: Segment) -> BranchForm {
@@ -173,16 +173,57 @@ fn failures_name_the_reason() {
 
 #[test]
 fn cache_decodes_once_per_generation() {
-    let code = Code(0x1000, vec![0x90, 0x74, 0x02]);
+    let mut code = Code(0x1000, vec![0x90, 0x74, 0x02]);
     let mut cache = BlockCache::new();
     let mut insn = Instruction::default();
     let mut decoded = false;
-    let a = cache.lookup(&code, 0x1000, 1, &mut insn, &mut decoded);
+    let a = cache.lookup(&mut code, 0x1000, 1, &mut insn, &mut decoded);
     assert!(decoded);
-    let b = cache.lookup(&code, 0x1000, 1, &mut insn, &mut decoded);
+    let b = cache.lookup(&mut code, 0x1000, 1, &mut insn, &mut decoded);
     assert!(!decoded);
     assert_eq!(a, b);
-    cache.lookup(&code, 0x1000, 2, &mut insn, &mut decoded);
+    cache.lookup(&mut code, 0x1000, 2, &mut insn, &mut decoded);
     assert!(decoded);
     assert_eq!((cache.hits(), cache.misses()), (1, 2));
+}
+
+/// Code handed out a few bytes at a time, as the handler's fault-safe
+/// copy hands out windows of a mapping.
+struct Windowed(u64, Vec<u8>, usize);
+
+impl CodeSource for Windowed {
+    fn code_at(&mut self, addr: u64) -> Option<&[u8]> {
+        let off = addr.checked_sub(self.0)? as usize;
+        (off < self.1.len()).then(|| &self.1[off..(off + self.2).min(self.1.len())])
+    }
+}
+
+#[test]
+fn an_instruction_cut_by_a_window_is_read_from_the_next() {
+    // mov rax, imm64 (10 bytes); add rax, imm32 (6); sub rsp, 0x18 (4);
+    // cmp eax, 1 (3); jle +5 (2): every window size cuts some instruction.
+    let bytes = [
+        0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8, 0x48, 0x05, 1, 0, 0, 0, 0x48, 0x83, 0xec, 0x18, 0x83,
+        0xf8, 0x01, 0x7e, 0x05,
+    ];
+    let whole = segment(&bytes);
+    assert_eq!(form(whole).at, 0x1017);
+    for window in 15..bytes.len() {
+        let mut code = Windowed(0x1000, bytes.to_vec(), window);
+        let s = decode_segment(&mut code, 0x1000, &mut Instruction::default());
+        assert_eq!(s, whole, "window of {window} bytes");
+    }
+    // At the end of the mapping a cut instruction stays cut.
+    let mut code = Windowed(0x1000, bytes[..22].to_vec(), 16);
+    let s = decode_segment(&mut code, 0x1000, &mut Instruction::default());
+    assert!(
+        matches!(
+            s.end,
+            SegmentEnd::Fail {
+                at: 0x1014,
+                why: DecodeFailure::Unsupported
+            }
+        ),
+        "{s:?}"
+    );
 }

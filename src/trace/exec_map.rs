@@ -276,17 +276,50 @@ fn find(sorted: &[(u64, u64)], addr: u64) -> Option<(u64, u64)> {
     (addr < end).then_some((start, end))
 }
 
-/// Code read straight from this process's memory, bounded by the table.
-pub struct LiveCode<'a>(pub &'a ExecMap);
+/// Bytes of code copied per window (segments longer than that read the
+/// next window).
+const CODE_WINDOW: usize = 256;
+
+/// Code of this process, bounded by the table and copied a window at a time
+/// through fault-safe loads: a module unmapped since the table was last
+/// refreshed (a dlclose the worker has not seen yet) reads as missing, and
+/// the trace ends `outside_mappings`, where a plain read would crash the
+/// program. Only for the handlers of a session (the fault handler that
+/// makes the loads safe is installed then).
+pub struct LiveCode<'a> {
+    map: &'a ExecMap,
+    window: [u8; CODE_WINDOW],
+}
+
+impl<'a> LiveCode<'a> {
+    pub fn new(map: &'a ExecMap) -> LiveCode<'a> {
+        LiveCode {
+            map,
+            window: [0; CODE_WINDOW],
+        }
+    }
+}
 
 impl CodeSource for LiveCode<'_> {
-    fn code_at(&self, addr: u64) -> Option<&[u8]> {
-        let (_, end) = self.0.range_of(addr)?;
-        // SAFETY: [addr, end) lies in an executable file mapping of this
-        // process that was mapped when the table was last refreshed. A
-        // module unmapped since (dlclose within the refresh interval) is
-        // the one window the table cannot close.
-        Some(unsafe { std::slice::from_raw_parts(addr as *const u8, (end - addr) as usize) })
+    fn code_at(&mut self, addr: u64) -> Option<&[u8]> {
+        let (_, end) = self.map.range_of(addr)?;
+        let want = ((end - addr) as usize).min(CODE_WINDOW);
+        // Aligned 8-byte loads: mappings end on a page boundary, so none
+        // reads past `end`.
+        let mut got = 0;
+        let mut chunk = addr & !7;
+        while got < want {
+            let Some(word) = crate::sys::probe::load_u64(chunk) else {
+                break;
+            };
+            let skip = addr.saturating_sub(chunk) as usize;
+            let n = (8 - skip).min(want - got);
+            let bytes = word.to_le_bytes();
+            self.window[got..got + n].copy_from_slice(&bytes[skip..skip + n]);
+            got += n;
+            chunk += 8;
+        }
+        (got > 0).then_some(&self.window[..got])
     }
 }
 

@@ -409,7 +409,7 @@ fn follow(
     after_dataflow: bool,
 ) {
     let c = &slot.counters;
-    let code = LiveCode(&tracer.exec);
+    let mut code = LiveCode::new(&tracer.exec);
     let generation = tracer.exec.generation();
     loop {
         let Some(cache) = t.cache.as_mut() else {
@@ -423,7 +423,7 @@ fn follow(
         };
         let mut decoded = false;
         let d0 = sys::raw::clock_ns();
-        let seg = cache.lookup(&code, pc, generation, &mut t.insn, &mut decoded);
+        let seg = cache.lookup(&mut code, pc, generation, &mut t.insn, &mut decoded);
         if decoded {
             Counters::add(&c.decode_ns, sys::raw::clock_ns().saturating_sub(d0));
             Counters::bump(&c.segments_decoded);
