@@ -35,9 +35,10 @@ macro_rules! for_each_counter {
             samples: Count,
             /// Traces begun at a sample.
             traces_started: Count,
-            /// Samples that came while the thread's open trace was still
-            /// moving from stop to stop (paper, dataflow, verify): it goes
-            /// on, and no trace is begun.
+            /// Watchdog samples that came while the thread's open trace was
+            /// still moving from stop to stop (paper, dataflow, verify), and
+            /// samples taken as a stop (`merged_stops`): the trace goes on,
+            /// and no trace is begun.
             samples_in_trace: Count,
             /// Samples that found the thread at a breakpoint past its debug
             /// exception (RF set), where it will not fire: the stop's
@@ -117,8 +118,9 @@ macro_rules! for_each_counter {
             /// the one the prediction was for (a segment that went round a
             /// loop).
             checkpoint_extra_hits: Count,
-            /// Emulate mode: segments dropped because the next sample came
-            /// first (or the session stopped, or the thread ended).
+            /// Emulate mode: segments dropped because the trace's watchdog
+            /// sample came first (or the session stopped, or the thread
+            /// ended).
             checkpoint_unreached: Count,
             /// Emulate mode: checkpoints where a register differed from the
             /// prediction (the segment's entries were dropped).
@@ -321,10 +323,11 @@ reasons! {
     /// Emulate mode: at a checkpoint the thread's state was not the
     /// predicted one (registers or a logged memory word).
     SpeculationMismatch => speculation_mismatch,
-    /// Emulate mode: the next sample came before the checkpoint was hit.
+    /// Emulate mode: the trace's watchdog sample came before the checkpoint
+    /// was hit.
     CheckpointUnreached => checkpoint_unreached,
-    /// Paper, dataflow, verify: a whole sampling period passed with no stop
-    /// at the trace's breakpoint (the thread left that path by longjmp, or
+    /// Paper, dataflow, verify: a watchdog period passed with no stop at
+    /// the trace's breakpoint (the thread left that path by longjmp, or
     /// waits, or runs code where the breakpoint is not).
     BreakpointUnreached => breakpoint_unreached,
     /// Emulate mode: the next instruction faults (the program's own fault).

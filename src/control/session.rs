@@ -96,8 +96,9 @@ impl<T> Drop for SpinGuard<'_, T> {
 }
 
 /// Held by the worker while it has files of its own open (reading the
-/// maps and the modules' ELF files) and by a fork while it copies the
-/// process: a forked child never inherits one of those descriptors.
+/// maps and the modules' ELF files), by a thread registering while it opens
+/// its perf events, and by a fork while it copies the process: a forked
+/// child never inherits one of those descriptors unaccounted for.
 static FORK_GUARD: SpinLock<()> = SpinLock::new(());
 
 /// The fork hooks' side of `FORK_GUARD`: taken before fork, released after
@@ -108,6 +109,14 @@ pub fn before_fork() {
 
 pub fn after_fork_in_parent() {
     FORK_GUARD.force_unlock();
+}
+
+/// Runs `f` with no fork copying the process meanwhile: for code that
+/// opens descriptors and files them where a forked child's clean-up finds
+/// them. Not for signal handlers (the forking thread may hold the guard).
+pub fn without_fork<R>(f: impl FnOnce() -> R) -> R {
+    let _no_fork = FORK_GUARD.lock();
+    f()
 }
 
 /// Threads of the library itself, never traced.

@@ -106,13 +106,6 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                     // the ucontext is the kernel's for this delivery.
                     let (t, uc) = unsafe { (slot.inner(), &*(ctx as *const libc::ucontext_t)) };
                     if tag == SAMPLE_TAG {
-                        if t.full_period != 0 {
-                            // The first, randomly shortened period is over.
-                            if let Some(fd) = t.sample_fd.as_ref() {
-                                let _ = sys::perf_set_period(fd.as_raw_fd(), t.full_period);
-                            }
-                            t.full_period = 0;
-                        }
                         if tracer.lookahead() == Lookahead::Emulate {
                             speculative::on_sample(tracer, slot, t, uc);
                         } else {
@@ -280,18 +273,53 @@ pub(super) fn disarm_breakpoint(t: &mut ThreadTrace) {
     }
 }
 
+/// A trace's watchdog, in sampling periods (see [`watch_trace`]).
+const WATCHDOG_PERIODS: u64 = 4;
+
+/// Sampling when no trace is open: the next sample a whole period from
+/// now. (Each sample disables the event: it allows one overflow.)
 pub(super) fn rearm_sampling(t: &mut ThreadTrace) {
     if let Some(fd) = t.sample_fd.as_ref() {
+        if t.period != 0 {
+            let _ = sys::perf_set_period(fd.as_raw_fd(), t.period);
+        }
         let _ = sys::perf_refresh(fd.as_raw_fd(), 1);
     }
 }
 
-/// Closes the open trace and makes sure the buffer has room for the next
-/// one (swapping it for an empty one if not: the paper's free-space check).
-/// Sampling was re-armed at the sample that began the trace.
+/// At the sample that begins a trace, or finds one still open: sampling
+/// stays armed through the trace, with a period of [`WATCHDOG_PERIODS`]
+/// periods. A trace that moves ends long before (then [`resume_sampling`]
+/// starts a whole period from its end, so a trace's own time does not count
+/// towards the next sample, as with the paper's one-shot sampling); one
+/// whose breakpoint the thread never reaches (a longjmp away from it, a
+/// thread that waits) is given up at the watchdog's sample, where the
+/// paper's sampling would stay off for good. With a frequency, which sets
+/// its own periods, sampling simply stays armed.
+pub(super) fn watch_trace(t: &mut ThreadTrace) {
+    if let Some(fd) = t.sample_fd.as_ref() {
+        if t.period != 0 {
+            let _ = sys::perf_set_period(fd.as_raw_fd(), t.period * WATCHDOG_PERIODS);
+        }
+        let _ = sys::perf_refresh(fd.as_raw_fd(), 1);
+    }
+}
+
+/// At a trace's end: the next sample a whole period from now (setting the
+/// period restarts the count). The event is armed already (`watch_trace`).
+pub(super) fn resume_sampling(t: &mut ThreadTrace) {
+    if let (Some(fd), true) = (t.sample_fd.as_ref(), t.period != 0) {
+        let _ = sys::perf_set_period(fd.as_raw_fd(), t.period);
+    }
+}
+
+/// Closes the open trace, makes sure the buffer has room for the next one
+/// (swapping it for an empty one if not: the paper's free-space check) and
+/// starts the next sampling period.
 pub(super) fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: TraceEnd) {
     close_open_trace(t, &slot.counters, end);
     make_room(tracer, slot, t);
+    resume_sampling(t);
 }
 
 /// Makes sure the buffer has room for a whole trace, swapping it for an

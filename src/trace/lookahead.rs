@@ -16,11 +16,12 @@
 //!   registers at each breakpoint stop. Recorded entries are paper's: a
 //!   verify-mode profile is exact.
 //!
-//! Sampling stays armed while a trace is open (the paper re-arms it only
-//! when a trace ends). A sample that finds the trace moving from stop to
-//! stop lets it go on (`samples_in_trace`); one that finds no stop in the
-//! whole period gives it up (`breakpoint_unreached`: the thread left the
-//! path by longjmp, or waits) and begins a new trace. Otherwise one
+//! Sampling stays armed while a trace is open, with a watchdog period of
+//! several periods (the paper's sampling is off until the trace ends; see
+//! `handler::watch_trace`). A watchdog sample that finds the trace moving
+//! from stop to stop lets it go on (`samples_in_trace`); one that finds no
+//! stop since the last gives it up (`breakpoint_unreached`: the thread left
+//! the path by longjmp, or waits) and begins a new trace. Otherwise one
 //! breakpoint the thread never reaches would end its sampling for good.
 //!
 //! Contract of everything here: async-signal-safe, as `handler.rs`.
@@ -36,7 +37,7 @@ use super::counters::Counters;
 use super::exec_map::LiveCode;
 use super::handler::{
     arm_breakpoint, close_open_trace, disarm_breakpoint, end_trace, make_room, top_up_breakpoint,
-    StopRegisters, Ucontext,
+    watch_trace, StopRegisters, Ucontext,
 };
 use super::{Lookahead, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer};
 
@@ -89,28 +90,27 @@ pub(super) fn on_sample(
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
-    // Sampling stays armed while a trace is open, so that a breakpoint the
-    // thread never reaches cannot end the thread's sampling for good.
-    super::handler::rearm_sampling(t);
     let regs = Ucontext(uc);
     if t.pending
         .is_some_and(|p| at_breakpoint_past_its_trap(t, &regs, p.form.at))
     {
         Counters::bump(&c.samples_in_trace);
         Counters::bump(&c.merged_stops);
+        watch_trace(t);
         t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
         on_breakpoint(tracer, slot, t, uc);
         return;
     }
     if t.pending.is_some() {
         if t.stops_since_sample > 0 {
-            // The trace moved in the last period: it goes on.
+            // The trace moved in the watchdog's period: it goes on.
             t.stops_since_sample = 0;
             Counters::bump(&c.samples_in_trace);
+            watch_trace(t);
             return;
         }
-        // A whole period without a stop: the thread is not coming to the
-        // breakpoint. This sample begins a new trace.
+        // A whole watchdog period without a stop: the thread is not coming
+        // to the breakpoint. This sample begins a new trace.
         close_open_trace(t, c, TraceEnd::Aborted(AbortReason::BreakpointUnreached));
         make_room(tracer, slot, t);
     }
@@ -122,10 +122,12 @@ pub(super) fn on_sample(
         Some(b) => b.open_trace(),
         None => {
             Counters::bump(&c.no_free_buffer);
+            super::handler::rearm_sampling(t);
             return;
         }
     }
     Counters::bump(&c.traces_started);
+    watch_trace(t);
     let (pc, sp) = (regs.rip(), regs.rsp());
     match tracer.lookahead() {
         Lookahead::Dataflow => {

@@ -148,11 +148,12 @@ pub struct ThreadTrace {
     /// for every move.
     pub bp_attr: PerfEventAttr,
     pub bp_armed: bool,
-    /// The sampling period to set at the thread's first sample (0: set).
-    /// The first period is a random part of it, so that threads shorter
-    /// than a period are sampled in proportion to their CPU time instead
-    /// of never (each thread's event counts from zero).
-    pub full_period: u64,
+    /// The sampling period (0 with a frequency: the kernel picks periods).
+    /// The event opens with a random part of it as its first period, so
+    /// that threads shorter than a period are sampled in proportion to
+    /// their CPU time instead of never (each thread's event counts from
+    /// zero); the first trace sets it (see `handler::watch_trace`).
+    pub period: u64,
     /// Hits the breakpoint event's limit still allows before the kernel
     /// stops it (see `handler::arm_breakpoint`).
     pub bp_hits_left: u32,
@@ -187,7 +188,7 @@ impl ThreadTrace {
             bp_attr: crate::sys::blank_attr(),
             bp_armed: false,
             bp_hits_left: 0,
-            full_period: 0,
+            period: 0,
             buffer: None,
             pending: None,
             stops_since_sample: 0,

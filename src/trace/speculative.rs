@@ -13,9 +13,11 @@
 //!   anything, so this holds even for a handler abandoned half-way (an
 //!   application handler left it by longjmp: the next one takes the slot
 //!   back and closes the trace through `discard_segment`);
-//! - sampling stays armed while a checkpoint is pending: a segment whose
-//!   checkpoint never comes (longjmp, a blocked thread, a signal handler)
-//!   is discarded at the next sample and counted `checkpoint_unreached`.
+//! - sampling stays armed while a checkpoint is pending, with a watchdog
+//!   period (`handler::watch_trace`): a segment whose checkpoint never
+//!   comes (longjmp, a blocked thread, a signal handler) is discarded at
+//!   the watchdog's sample and counted `checkpoint_unreached`; a trace that
+//!   ends starts a whole period from its end.
 //!
 //! Contract of everything here: async-signal-safe, as `handler.rs`.
 
@@ -98,20 +100,18 @@ pub(super) fn on_sample(
         Counters::bump(&c.samples_in_trace);
         Counters::bump(&c.merged_stops);
         t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
-        handler::rearm_sampling(t);
+        handler::watch_trace(t);
         on_breakpoint(tracer, slot, t, uc);
         return;
     }
     if t.awaiting.is_some() {
         // The thread never reached the checkpoint (or the end of the
-        // instruction it was left to run) since the last sample.
+        // instruction it was left to run) in the watchdog's period.
         discard_segment(t);
         Counters::bump(&c.checkpoint_unreached);
         handler::close_open_trace(t, c, TraceEnd::Aborted(AbortReason::CheckpointUnreached));
         handler::make_room(tracer, slot, t);
     }
-    // Sampling stays armed for the whole trace (see the module doc).
-    handler::rearm_sampling(t);
     if t.buffer.is_none() {
         t.buffer = tracer.pool.free.pop();
     }
@@ -119,10 +119,13 @@ pub(super) fn on_sample(
         Some(b) => b.open_trace(),
         None => {
             Counters::bump(&c.no_free_buffer);
+            handler::rearm_sampling(t);
             return;
         }
     }
     Counters::bump(&c.traces_started);
+    // Sampling stays armed for the whole trace (see the module doc).
+    handler::watch_trace(t);
     let Some(emu) = t.emu.as_mut() else {
         end(
             tracer,
@@ -321,4 +324,5 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
 fn end(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, how: TraceEnd) {
     handler::close_open_trace(t, &slot.counters, how);
     handler::make_room(tracer, slot, t);
+    handler::resume_sampling(t);
 }

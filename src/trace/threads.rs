@@ -105,39 +105,11 @@ pub fn register<'t>(
     };
     // SAFETY: the slot is in SETUP and claimed by us: no handler holds it.
     let t = unsafe { slot.inner() };
-    let mut bp_attr = breakpoint_attr();
-    let bp_fd = match sys::perf_event_open(&mut bp_attr, tid) {
-        Ok(fd) => fd,
-        Err(e) => {
-            release(slot);
-            return Err(RegisterError::Breakpoint(e));
-        }
-    };
-    let mut sample_attr = sampling_attr(event);
-    t.full_period = 0;
-    if !event.freq && event.period > 1 {
-        // A first period drawn uniformly from [1, period].
-        let seed = (tid as u64) ^ sys::now_ns().rotate_left(17);
-        let phase = 1 + seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) % event.period;
-        sample_attr.__bindgen_anon_1.sample_period = phase;
-        t.full_period = event.period;
-    }
-    let sample_fd = match sys::perf_event_open(&mut sample_attr, tid) {
-        Ok(fd) => fd,
-        Err(e) => {
-            release(slot);
-            return Err(RegisterError::Sampling(e));
-        }
-    };
-    t.bp_attr = bp_attr;
-    t.bp_armed = false;
-    t.bp_hits_left = 0;
-    t.pending = None;
+    // What allocates comes first (an emulator is megabytes to zero), so
+    // that the descriptors below go straight into the slot.
     if t.cache.is_none() {
         t.cache = Some(Box::new(BlockCache::new()));
     }
-    t.awaiting = None;
-    t.committed = None;
     let mode = tracer.lookahead();
     if mode.emulates() && t.emu.is_none() {
         // The tracer is the process's one static tracer.
@@ -149,16 +121,45 @@ pub fn register<'t>(
     if t.buffer.is_none() {
         t.buffer = tracer.pool.free.pop();
     }
-    let raw = sample_fd.as_raw_fd();
+    t.bp_attr = breakpoint_attr();
+    t.bp_armed = false;
+    t.bp_hits_left = 0;
+    t.pending = None;
+    t.awaiting = None;
+    t.committed = None;
+    let mut sample_attr = sampling_attr(event);
+    t.period = if event.freq { 0 } else { event.period };
+    if !event.freq && event.period > 1 {
+        // A first period drawn uniformly from [1, period].
+        let seed = (tid as u64) ^ sys::now_ns().rotate_left(17);
+        let phase = 1 + seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) % event.period;
+        sample_attr.__bindgen_anon_1.sample_period = phase;
+    }
+    // Opened and stored in the slot with no fork in between: a forked
+    // child closes the descriptors its copy of the table names, and one
+    // held only in a local here would stay open in it.
+    let opened = crate::control::session::without_fork(|| {
+        t.bp_fd =
+            Some(sys::perf_event_open(&mut t.bp_attr, tid).map_err(RegisterError::Breakpoint)?);
+        t.sample_fd =
+            Some(sys::perf_event_open(&mut sample_attr, tid).map_err(RegisterError::Sampling)?);
+        Ok(())
+    });
+    if let Err(e) = opened {
+        t.bp_fd = None;
+        release(slot);
+        return Err(e);
+    }
+    let raw = t.sample_fd.as_ref().map_or(-1, |fd| fd.as_raw_fd());
     // Armed while the slot is still ours alone (SETUP): once it is READY a
     // stop may close it, and these descriptors with it, at any moment.
     let entries = slot.entries.load(Ordering::SeqCst);
     if let Err(e) = sys::perf_refresh(raw, 1) {
+        t.bp_fd = None;
+        t.sample_fd = None;
         release(slot);
         return Err(RegisterError::Arm(e));
     }
-    t.bp_fd = Some(bp_fd);
-    t.sample_fd = Some(sample_fd);
     slot.sample_fd.store(raw, Ordering::Relaxed);
     // SeqCst: a thread registering itself checks `running` after this
     // store, and stop clears `running` before it reads the states, so
