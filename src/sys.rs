@@ -129,6 +129,17 @@ pub fn tgkill(tid: i32, sig: i32) -> Result<(), Errno> {
 
 /// Monotonic time in nanoseconds. Async-signal-safe (clock_gettime is on the
 /// POSIX list; on Linux it is a vDSO call).
+/// CPU time the calling thread has used, in ns.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -280,6 +280,7 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
         "breakpoint handler %",
         "decode %",
         "sampling handler %",
+        "worker thread %",
         "of the handlers, emulation %",
         "noise (negative residual) %",
         "samples/run",
@@ -293,6 +294,7 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
         "breakpoint handler",
         "decoding",
         "sampling handler",
+        "worker thread",
     ];
     let mut cats = Vec::new();
     let mut segs: Vec<Vec<Option<f64>>> = vec![Vec::new(); names.len()];
@@ -309,8 +311,13 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
             let n = m.runs[ci].len().max(1) as f64;
             let profiled = m.runs[ci].iter().map(Timing::cpu_s).sum::<f64>() / n;
             let counts = &s.counters;
-            let handlers = [counts.breakpoint_ns, counts.decode_ns, counts.sampling_ns]
-                .map(|x| x as f64 / n / 1e9);
+            let handlers = [
+                counts.breakpoint_ns,
+                counts.decode_ns,
+                counts.sampling_ns,
+                counts.worker_ns,
+            ]
+            .map(|x| x as f64 / n / 1e9);
             // What the native run and the handlers do not explain. When
             // timing noise makes it negative (profiled < native + handlers,
             // as happens at long periods), it is not a cost of the kernel:
@@ -321,7 +328,14 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
             } else {
                 (0.0, residual)
             };
-            let parts = [native, kernel, handlers[0], handlers[1], handlers[2]];
+            let parts = [
+                native,
+                kernel,
+                handlers[0],
+                handlers[1],
+                handlers[2],
+                handlers[3],
+            ];
             // Shares of the profiled CPU time: with the noise column they
             // add up to 100.
             let pct = |x: f64| 100.0 * x / profiled;

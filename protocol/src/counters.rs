@@ -102,6 +102,9 @@ macro_rules! for_each_counter {
             emulated_steps: Count,
             /// Emulate mode: of the handlers' time, emulating.
             emulation_ns: Time,
+            /// CPU time of the session's worker thread: aggregating full
+            /// buffers, following the mappings, sweeping the thread table.
+            worker_ns: Time,
             /// Emulate mode: instructions the emulator decoded (its
             /// per-thread decoded-instruction cache missed).
             emulation_decodes: Count,
@@ -390,7 +393,13 @@ mod tests {
             .collect();
         assert_eq!(
             times,
-            ["sampling_ns", "breakpoint_ns", "decode_ns", "emulation_ns"]
+            [
+                "sampling_ns",
+                "breakpoint_ns",
+                "decode_ns",
+                "emulation_ns",
+                "worker_ns"
+            ]
         );
         let mut sum = c;
         sum += c;

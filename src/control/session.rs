@@ -342,6 +342,7 @@ fn worker(
         }
     }
     unmark_own_thread();
+    trace::counters::Counters::add(&tracer.retired.worker_ns, sys::thread_cpu_ns());
     (agg, seen)
 }
 
