@@ -175,8 +175,19 @@ extern "C" fn init() {
     if !preloaded() || PRELOADED.swap(true, Ordering::AcqRel) {
         return;
     }
+    // Formatted into a stack buffer and written with write(2): a panic may
+    // come from a signal handler that interrupted malloc. Unwinding out of
+    // the library's extern "C" entry points (handlers, interposers) then
+    // aborts the process: it never runs through the application's frames.
     std::panic::set_hook(Box::new(|info| {
-        sys::write_stderr(format!("breakdance: internal error: {info}\n").as_bytes());
+        let mut buf = [0u8; 512];
+        let mut out = std::io::Cursor::new(&mut buf[..]);
+        let _ = std::io::Write::write_fmt(
+            &mut out,
+            format_args!("breakdance: internal error: {info}\n"),
+        );
+        let n = out.position() as usize;
+        sys::write_stderr(&buf[..n]);
     }));
     sys::warm_sigaction();
     // Resolved now, so that no interposer looks a symbol up later, in
