@@ -331,6 +331,11 @@ pub fn check_summary(rec: &Recording) {
     let s = &rec.summary;
     let completed = counter(s, "traces_completed");
     assert!(completed > 0, "no trace completed: {s}");
+    // The worker drained the buffers these traces came in: it ran.
+    assert!(
+        counter(s, "worker_ns") > 0,
+        "the worker's CPU time is missing: {s}"
+    );
     check_reconciles(rec);
     assert!(
         !rec.script.mmaps.is_empty(),
