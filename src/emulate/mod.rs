@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 use x86_sem::iced_x86::FlowControl;
 use x86_sem::{BranchKind, CpuState, DecodeCache, Insn, Machine, MemError, Stop, Table};
 
-use crate::buffer::{AbortReason, BranchEntry};
+use crate::buffer::{AbortReason, BranchEntry, TraceBuffer};
 use crate::trace::exec_map::ExecMap;
 use memory::{AccessError, LiveMemory, MemoryCheck, Probe};
 use visits::Visits;
@@ -236,6 +236,19 @@ pub trait EntrySink {
     }
     /// Drops the entries after the first `len`.
     fn truncate(&mut self, len: usize);
+}
+
+/// The handlers' sink: the buffer's open trace.
+impl EntrySink for TraceBuffer {
+    fn push(&mut self, entry: BranchEntry) -> bool {
+        TraceBuffer::push(self, entry)
+    }
+    fn len(&self) -> usize {
+        self.open_len()
+    }
+    fn truncate(&mut self, len: usize) {
+        self.truncate_open(len);
+    }
 }
 
 /// Why a segment ended, and what follows a checkpoint that matches.

@@ -26,11 +26,11 @@
 //!
 //! Contract of everything here: async-signal-safe, as `handler.rs`.
 
-use crate::buffer::{AbortReason, BranchEntry, TraceBuffer, TraceEnd};
+use crate::buffer::{AbortReason, BranchEntry, TraceEnd};
 use crate::decode::{
     BranchForm, BranchKind, DecodeFailure, Memory, Outcome, RegisterFile, SegmentEnd,
 };
-use crate::emulate::{context, DataflowEnd, EntrySink};
+use crate::emulate::{context, DataflowEnd};
 use crate::sys;
 
 use super::counters::Counters;
@@ -63,21 +63,6 @@ impl Memory for OwnMemory {
         } else {
             value & ((1u64 << (8 * size as u32)) - 1)
         }
-    }
-}
-
-/// The open trace as the data-flow run's sink.
-struct OpenTrace<'a>(&'a mut TraceBuffer);
-
-impl EntrySink for OpenTrace<'_> {
-    fn push(&mut self, entry: BranchEntry) -> bool {
-        self.0.push(entry)
-    }
-    fn len(&self) -> usize {
-        self.0.open_len()
-    }
-    fn truncate(&mut self, len: usize) {
-        self.0.truncate_open(len);
     }
 }
 
@@ -339,7 +324,7 @@ fn resolve_ahead(
         return true;
     };
     let wanted = lbr.saturating_sub(buffer.open_len()).max(1);
-    let run = emu.dataflow(&mut OpenTrace(buffer), wanted, first_live, resumed);
+    let run = emu.dataflow(&mut **buffer, wanted, first_live, resumed);
     if first_live && run.steps == 0 {
         return false;
     }

@@ -23,8 +23,8 @@
 
 use std::os::fd::AsRawFd;
 
-use crate::buffer::{AbortReason, BranchEntry, TraceBuffer, TraceEnd};
-use crate::emulate::{context, EntrySink, Outcome, SegmentEnd, Validation};
+use crate::buffer::{AbortReason, TraceEnd};
+use crate::emulate::{context, Outcome, SegmentEnd, Validation};
 use crate::sys;
 
 use super::counters::Counters;
@@ -53,21 +53,6 @@ impl Awaiting {
         match self {
             Awaiting::Checkpoint { at, .. } | Awaiting::Resume { at } => at,
         }
-    }
-}
-
-/// The open trace as the emulator's sink.
-struct OpenTrace<'a>(&'a mut TraceBuffer);
-
-impl EntrySink for OpenTrace<'_> {
-    fn push(&mut self, entry: BranchEntry) -> bool {
-        self.0.push(entry)
-    }
-    fn len(&self) -> usize {
-        self.0.open_len()
-    }
-    fn truncate(&mut self, len: usize) {
-        self.0.truncate_open(len);
     }
 }
 
@@ -268,7 +253,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     // after `committed` are not the trace's until validated.
     t.committed = Some(committed);
     let e0 = sys::raw::clock_ns();
-    let outcome = emu.run(&mut OpenTrace(buffer), wanted, resumed);
+    let outcome = emu.run(&mut **buffer, wanted, resumed);
     Counters::add(&c.emulation_decodes, emu.take_decodes());
     Counters::add(&c.emulation_ns, sys::raw::clock_ns().saturating_sub(e0));
     let (at, awaiting) = match outcome {
