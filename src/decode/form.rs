@@ -175,7 +175,7 @@ pub enum Outcome {
 /// Syscalls after which execution may not reach the next instruction of
 /// this thread with the same stack: exit, exit_group, rt_sigreturn,
 /// execve(at), and the clones (their child runs without our events).
-const DIVERGING_SYSCALLS: [u64; 9] = [
+pub(crate) const DIVERGING_SYSCALLS: [u64; 9] = [
     libc::SYS_rt_sigreturn as u64,
     libc::SYS_exit as u64,
     libc::SYS_exit_group as u64,

@@ -88,7 +88,7 @@ pub fn warm() {
 
 /// gregs index of each register in x86 encoding order (rax, rcx, rdx, rbx,
 /// rsp, rbp, rsi, rdi, r8 … r15).
-const GREG_OF_GPR: [libc::c_int; 16] = [
+pub(crate) const GREG_OF_GPR: [libc::c_int; 16] = [
     libc::REG_RAX,
     libc::REG_RCX,
     libc::REG_RDX,

@@ -48,21 +48,6 @@ const DEAD_STACK: u64 = 64 * 1024;
 /// Entries of each thread's decoded-instruction cache (80 bytes each).
 pub const DECODE_CACHE_ENTRIES: usize = 4096;
 
-/// Syscalls after which the thread may not come back to the next
-/// instruction with the same stack: exit, exit_group, rt_sigreturn,
-/// execve(at), and the clones (their child runs without our events).
-const DIVERGING_SYSCALLS: [u64; 9] = [
-    libc::SYS_rt_sigreturn as u64,
-    libc::SYS_exit as u64,
-    libc::SYS_exit_group as u64,
-    libc::SYS_execve as u64,
-    libc::SYS_execveat as u64,
-    libc::SYS_clone as u64,
-    libc::SYS_clone3 as u64,
-    libc::SYS_fork as u64,
-    libc::SYS_vfork as u64,
-];
-
 /// The thread's real memory, read through the fault-safe load.
 struct RealMemory;
 
@@ -669,7 +654,7 @@ impl Emulator {
         let pc = self.start.rip;
         match stop {
             Stop::Syscall => {
-                if DIVERGING_SYSCALLS.contains(&self.start.gpr[0]) {
+                if crate::decode::form::DIVERGING_SYSCALLS.contains(&self.start.gpr[0]) {
                     Outcome::End(AbortReason::Syscall)
                 } else {
                     Outcome::StepOver { next: pc + 2 }

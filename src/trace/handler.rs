@@ -17,6 +17,7 @@ use std::os::fd::AsRawFd;
 
 use crate::buffer::{AbortReason, TraceEnd};
 use crate::decode::{Gpr, RegisterFile};
+use crate::emulate::context;
 use crate::sys;
 
 use super::counters::Counters;
@@ -28,30 +29,9 @@ use super::{
 /// The interrupted thread's registers, as the kernel saved them.
 pub(super) struct Ucontext<'a>(pub(super) &'a libc::ucontext_t);
 
-/// gregs index of each register in x86 encoding order (rax, rcx, rdx, rbx,
-/// rsp, rbp, rsi, rdi, r8 … r15).
-const GREG_OF_GPR: [libc::c_int; 16] = [
-    libc::REG_RAX,
-    libc::REG_RCX,
-    libc::REG_RDX,
-    libc::REG_RBX,
-    libc::REG_RSP,
-    libc::REG_RBP,
-    libc::REG_RSI,
-    libc::REG_RDI,
-    libc::REG_R8,
-    libc::REG_R9,
-    libc::REG_R10,
-    libc::REG_R11,
-    libc::REG_R12,
-    libc::REG_R13,
-    libc::REG_R14,
-    libc::REG_R15,
-];
-
 impl RegisterFile for Ucontext<'_> {
     fn gpr(&self, reg: Gpr) -> u64 {
-        self.0.uc_mcontext.gregs[GREG_OF_GPR[reg as usize & 15] as usize] as u64
+        self.0.uc_mcontext.gregs[context::GREG_OF_GPR[reg as usize & 15] as usize] as u64
     }
     fn rip(&self) -> u64 {
         self.0.uc_mcontext.gregs[libc::REG_RIP as usize] as u64
