@@ -400,19 +400,26 @@ impl Emulator {
         }
     }
 
-    /// Emulates one segment from the state in [`Emulator::state_mut`],
-    /// pushing its taken branches to `sink` (at most `wanted`, at least 1).
-    /// `resumed` is the RF bit of the signal frame: the first instruction
-    /// will run once without trapping.
-    pub fn run(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
-        let exec = self.cpu.mem.exec;
-        let generation = exec.generation();
+    /// Readies the state from [`Emulator::state_mut`] for a run: drops
+    /// decoded instructions if the code mappings changed since the last,
+    /// and clears what the signal frame's flags do not say (no flag is
+    /// undefined at a stop; RF is the kernel's, not the program's).
+    fn begin(&mut self) {
+        let generation = self.cpu.mem.exec.generation();
         if generation != self.cache_generation {
             self.cache.flush();
             self.cache_generation = generation;
         }
         self.cpu.regs.undefined = 0;
         self.cpu.regs.rflags &= !context::RF;
+    }
+
+    /// Emulates one segment from the state in [`Emulator::state_mut`],
+    /// pushing its taken branches to `sink` (at most `wanted`, at least 1).
+    /// `resumed` is the RF bit of the signal frame: the first instruction
+    /// will run once without trapping.
+    pub fn run(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
+        self.begin();
         self.start = self.cpu.regs;
         let before = sink.len();
         let mut pass = self.pass(sink, wanted, MAX_SEGMENT_INSTRUCTIONS, SegmentEnd::Continue);
@@ -708,14 +715,8 @@ impl Emulator {
         first_live: bool,
         resumed: bool,
     ) -> DataflowRun {
+        self.begin();
         let exec = self.cpu.mem.exec;
-        let generation = exec.generation();
-        if generation != self.cache_generation {
-            self.cache.flush();
-            self.cache_generation = generation;
-        }
-        self.cpu.regs.undefined = 0;
-        self.cpu.regs.rflags &= !context::RF;
         self.start = self.cpu.regs;
         self.resumed = resumed;
         self.cpu.mem.live.reset();
@@ -810,14 +811,7 @@ impl Emulator {
     /// stops, the budget is spent or `out` is full. Nothing is recorded in
     /// a trace: the caller checks each prediction at a real stop.
     pub fn predict(&mut self, out: &mut Predictions) {
-        let exec = self.cpu.mem.exec;
-        let generation = exec.generation();
-        if generation != self.cache_generation {
-            self.cache.flush();
-            self.cache_generation = generation;
-        }
-        self.cpu.regs.undefined = 0;
-        self.cpu.regs.rflags &= !context::RF;
+        self.begin();
         self.cpu.mem.live.reset();
         out.clear();
         let table = table();
