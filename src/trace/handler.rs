@@ -85,7 +85,15 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                     // SAFETY: enter() made this handler the slot's holder;
                     // the ucontext is the kernel's for this delivery.
                     let (t, uc) = unsafe { (slot.inner(), &*(ctx as *const libc::ucontext_t)) };
-                    if tag == SAMPLE_TAG {
+                    if tag == SAMPLE_TAG && is_merged_stop(t, &Ucontext(uc)) {
+                        let c = &slot.counters;
+                        Counters::bump(&c.samples);
+                        Counters::bump(&c.samples_in_trace);
+                        Counters::bump(&c.merged_stops);
+                        watch_trace(t);
+                        t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
+                        on_breakpoint(tracer, slot, t, uc);
+                    } else if tag == SAMPLE_TAG {
                         if tracer.lookahead() == Lookahead::Emulate {
                             speculative::on_sample(tracer, slot, t, uc);
                         } else {
@@ -99,11 +107,7 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                         } else {
                             t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
                         }
-                        if tracer.lookahead() == Lookahead::Emulate {
-                            speculative::on_breakpoint(tracer, slot, t, uc);
-                        } else {
-                            lookahead::on_breakpoint(tracer, slot, t, uc);
-                        }
+                        on_breakpoint(tracer, slot, t, uc);
                     }
                     slot.leave();
                 }
@@ -115,6 +119,38 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                 Entry::Refused => {}
             }
         }
+    }
+}
+
+/// Whether a sample found the thread at its breakpoint (the open trace's
+/// next stop, or emulate mode's checkpoint) with RF set,
+/// past the debug exception (the breakpoint will not fire when the thread
+/// resumes), and not where the last stop left it. Either the stop's SIGTRAP
+/// merged into this one (SIGTRAP is not queued: one raised while another
+/// pends is lost, and the breakpoint's and the sample's are raised on the
+/// same return to user space when the timer fires during the debug
+/// exception), or another fault at `at` set RF. Either way this signal is
+/// the stop.
+///
+/// A sample raised while the handler of the stop at `at` ran comes right
+/// after it, at `at` with RF set and the very registers of that stop: the
+/// thread has not moved, and that stop was taken. When a loop brings the
+/// next breakpoint back to the same address, this is the only difference.
+fn is_merged_stop(t: &ThreadTrace, regs: &Ucontext) -> bool {
+    let Some(at) = t.pending.map(|p| p.form.at).or(t.awaiting.map(|a| a.at())) else {
+        return false;
+    };
+    regs.rip() == at
+        && regs.rflags() & context::RF != 0
+        && t.last_stop != Some(StopRegisters::of(regs))
+}
+
+/// A breakpoint stop, in the session's look-ahead mode.
+fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &libc::ucontext_t) {
+    if tracer.lookahead() == Lookahead::Emulate {
+        speculative::on_breakpoint(tracer, slot, t, uc);
+    } else {
+        lookahead::on_breakpoint(tracer, slot, t, uc);
     }
 }
 

@@ -76,16 +76,6 @@ pub(super) fn on_sample(
     let c = &slot.counters;
     Counters::bump(&c.samples);
     let regs = Ucontext(uc);
-    if t.pending
-        .is_some_and(|p| at_breakpoint_past_its_trap(t, &regs, p.form.at))
-    {
-        Counters::bump(&c.samples_in_trace);
-        Counters::bump(&c.merged_stops);
-        watch_trace(t);
-        t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
-        on_breakpoint(tracer, slot, t, uc);
-        return;
-    }
     if t.pending.is_some() {
         if t.stops_since_sample > 0 {
             // The trace moved in the watchdog's period: it goes on.
@@ -140,25 +130,6 @@ pub(super) fn on_sample(
         Counters::bump(&c.merged_stops);
         on_breakpoint(tracer, slot, t, uc);
     }
-}
-
-/// Whether a sample found the thread at its breakpoint `at` with RF set,
-/// past the debug exception (the breakpoint will not fire when the thread
-/// resumes), and not where the last stop left it. Either the stop's SIGTRAP
-/// merged into this one (SIGTRAP is not queued: one raised while another
-/// pends is lost, and the breakpoint's and the sample's are raised on the
-/// same return to user space when the timer fires during the debug
-/// exception), or another fault at `at` set RF. Either way this signal is
-/// the stop.
-///
-/// A sample raised while the handler of the stop at `at` ran comes right
-/// after it, at `at` with RF set and the very registers of that stop: the
-/// thread has not moved, and that stop was taken. When a loop brings the
-/// next breakpoint back to the same address, this is the only difference.
-pub(super) fn at_breakpoint_past_its_trap(t: &ThreadTrace, regs: &Ucontext, at: u64) -> bool {
-    regs.rip() == at
-        && regs.rflags() & context::RF != 0
-        && t.last_stop != Some(StopRegisters::of(regs))
 }
 
 pub(super) fn on_breakpoint(

@@ -49,7 +49,7 @@ pub enum Awaiting {
 }
 
 impl Awaiting {
-    fn at(self) -> u64 {
+    pub(super) fn at(self) -> u64 {
         match self {
             Awaiting::Checkpoint { at, .. } | Awaiting::Resume { at } => at,
         }
@@ -77,18 +77,6 @@ pub(super) fn on_sample(
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
-    let regs = Ucontext(uc);
-    if t.awaiting
-        .is_some_and(|a| super::lookahead::at_breakpoint_past_its_trap(t, &regs, a.at()))
-    {
-        // The checkpoint's stop (see `at_breakpoint_past_its_trap`).
-        Counters::bump(&c.samples_in_trace);
-        Counters::bump(&c.merged_stops);
-        t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
-        handler::watch_trace(t);
-        on_breakpoint(tracer, slot, t, uc);
-        return;
-    }
     if t.awaiting.is_some() {
         // The thread never reached the checkpoint (or the end of the
         // instruction it was left to run) in the watchdog's period.
