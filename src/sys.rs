@@ -127,27 +127,26 @@ pub fn tgkill(tid: i32, sig: i32) -> Result<(), Errno> {
     }
 }
 
-/// Monotonic time in nanoseconds. Async-signal-safe (clock_gettime is on the
+/// Clock `id` in nanoseconds. Async-signal-safe (clock_gettime is on the
 /// POSIX list; on Linux it is a vDSO call).
-/// CPU time the calling thread has used, in ns.
-pub fn thread_cpu_ns() -> u64 {
+fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: ts is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    unsafe { libc::clock_gettime(id, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CPU time the calling thread has used, in ns.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Monotonic time in nanoseconds. Async-signal-safe.
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// Whether the CPU and kernel let user code read the fs/gs bases with
