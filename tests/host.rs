@@ -87,11 +87,25 @@ fn record_bounded(
     program: &Path,
     args: &[&str],
 ) -> Run {
+    record_bounded_with(tracer, scratch, out, period_ns, &[], program, args)
+}
+
+/// `record_bounded` with more `record` options (`options`).
+fn record_bounded_with(
+    tracer: &Tracer,
+    scratch: &Scratch,
+    out: &Path,
+    period_ns: Option<u64>,
+    options: &[&str],
+    program: &Path,
+    args: &[&str],
+) -> Run {
     let mut command = Command::new(&tracer.ctl);
     command.args(["record", "-q"]);
     if let Some(p) = period_ns {
         command.args(["-c", &p.to_string()]);
     }
+    command.args(options);
     command.arg("-o").arg(out).arg("--").arg(program).args(args);
     let name = out.file_name().and_then(OsStr::to_str).unwrap_or("record");
     run_bounded(name, command, scratch)
@@ -203,22 +217,15 @@ fn a_breakpoint_the_thread_never_reaches_does_not_end_sampling() {
     let period = 1_000_000;
     for mode in ["paper", "dataflow", "emulate"] {
         let out = scratch.path(&format!("out-{mode}"));
-        let mut command = Command::new(&tracer.ctl);
-        command
-            .args([
-                "record",
-                "-q",
-                "-c",
-                &period.to_string(),
-                "--lookahead",
-                mode,
-            ])
-            .arg("-o")
-            .arg(&out)
-            .arg("--")
-            .arg(&program)
-            .args(&args);
-        let profiled = run_bounded(&format!("abandoned-{mode}"), command, &scratch);
+        let profiled = record_bounded_with(
+            &tracer,
+            &scratch,
+            &out,
+            Some(period),
+            &["--lookahead", mode],
+            &program,
+            &args,
+        );
         assert_same_behaviour(
             &format!("abandoned_paths {mode}"),
             &native.output,
