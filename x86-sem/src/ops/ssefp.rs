@@ -112,13 +112,16 @@ const fn lane(v: u128, w: usize, k: usize) -> u128 {
     (v >> (k * w * 8)) & ((1u128 << (w * 8)) - 1)
 }
 
-/// addss/sd/ps/pd, subs…, muls…, divs…, mins…, maxs…, sqrts…: `W`-byte
-/// elements, all four (two) of them when `PACKED`, else the low one with
-/// the rest of the destination kept.
-pub(crate) fn arith<X: Machine, const OP: u8, const W: usize, const PACKED: bool>(
+/// The body the lane-wise forms share: `W`-byte elements of the source,
+/// all of them when `PACKED` (else the low one), and of the destination go
+/// to `f` pair by pair under MXCSR; the results replace the destination's
+/// lanes (the rest kept), and MXCSR takes the flags raised, unless an
+/// unmasked exception faults first.
+fn lanewise<X: Machine, const W: usize, const PACKED: bool>(
     x: &mut X,
     i: &Insn,
     r: &mut Retired,
+    mut f: impl FnMut(&mut Env, u128, u128) -> u128,
 ) -> Flow {
     let src = if PACKED {
         read_v::<X, 16, true>(x, i, i.op[1], r)?
@@ -131,7 +134,7 @@ pub(crate) fn arith<X: Machine, const OP: u8, const W: usize, const PACKED: bool
     let n = if PACKED { 16 / W } else { 1 };
     let mut v = dst;
     for k in 0..n {
-        let y = element::<OP>(&mut e, format(W), lane(dst, W, k), lane(src, W, k));
+        let y = f(&mut e, lane(dst, W, k), lane(src, W, k));
         v = (v & !(((1u128 << (W * 8)) - 1) << (k * W * 8))) | y << (k * W * 8);
     }
     let m = checked(mxcsr, &e)?;
@@ -140,29 +143,29 @@ pub(crate) fn arith<X: Machine, const OP: u8, const W: usize, const PACKED: bool
     Ok(())
 }
 
+/// addss/sd/ps/pd, subs…, muls…, divs…, mins…, maxs…, sqrts…: `W`-byte
+/// elements, all four (two) of them when `PACKED`, else the low one with
+/// the rest of the destination kept.
+pub(crate) fn arith<X: Machine, const OP: u8, const W: usize, const PACKED: bool>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    lanewise::<X, W, PACKED>(x, i, r, |e, a, b| element::<OP>(e, format(W), a, b))
+}
+
 /// cmpss/sd/ps/pd xmm, xmm/m, imm8: all ones where the predicate holds.
 pub(crate) fn cmp<X: Machine, const W: usize, const PACKED: bool>(
     x: &mut X,
     i: &Insn,
     r: &mut Retired,
 ) -> Flow {
-    let src = if PACKED {
-        read_v::<X, 16, true>(x, i, i.op[1], r)?
-    } else {
-        read_v::<X, W, false>(x, i, i.op[1], r)?
-    };
-    let dst = read_v::<X, 16, false>(x, i, i.op[0], r)?;
-    let mxcsr = mxcsr(x)?;
-    let mut e = env(mxcsr);
     let pred = i.imm & 7;
-    let n = if PACKED { 16 / W } else { 1 };
-    let ones = (1u128 << (W * 8)) - 1;
-    let mut v = dst;
-    for k in 0..n {
-        let a = float::unpack(format(W), lane(dst, W, k), e.daz);
-        let b = float::unpack(format(W), lane(src, W, k), e.daz);
+    lanewise::<X, W, PACKED>(x, i, r, |e, a, b| {
+        let a = float::unpack(format(W), a, e.daz);
+        let b = float::unpack(format(W), b, e.daz);
         // LT, LE, NLT and NLE signal on any NaN; the others on SNaN only.
-        let o = float::compare(&mut e, a, b, matches!(pred, 1 | 2 | 5 | 6));
+        let o = float::compare(e, a, b, matches!(pred, 1 | 2 | 5 | 6));
         let t = match pred {
             0 => o == Order::Equal,
             1 => o == Order::Less,
@@ -173,12 +176,12 @@ pub(crate) fn cmp<X: Machine, const W: usize, const PACKED: bool>(
             6 => !matches!(o, Order::Less | Order::Equal),
             _ => o != Order::Unordered,
         };
-        v = (v & !(ones << (k * W * 8))) | (if t { ones } else { 0 }) << (k * W * 8);
-    }
-    let m = checked(mxcsr, &e)?;
-    write_v::<X, 16, false>(x, i, i.op[0], v, r)?;
-    x.regs_mut().set_mxcsr(m);
-    Ok(())
+        if t {
+            (1u128 << (W * 8)) - 1
+        } else {
+            0
+        }
+    })
 }
 
 /// ucomiss/sd (`SIGNALLING` false) and comiss/sd: ZF, PF, CF from the
