@@ -507,6 +507,57 @@ fn dlopened_code_is_traced() {
     );
 }
 
+/// Code taken away under the look-ahead (what a dlclose by another thread
+/// does): samples delivered on the return of an mprotect that made the
+/// running page inaccessible find the tracer's table still listing it. The
+/// look-ahead reads there through fault-safe loads, counts the read
+/// (`host.code_unreadable`) and ends the trace, in both kinds of
+/// look-ahead; the program's own SIGSEGV handler sees only its own faults.
+/// With plain reads the tracer's handler faulted there and the program's
+/// handler ran on the tracer's context: the program crashed.
+#[test]
+fn code_taken_away_under_the_lookahead() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("unmapped");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "unmapped_code",
+        &["unmapped_code.c"],
+        &[],
+    );
+    let args = ["1000"];
+    let native = native(&scratch, &program, &args);
+    for mode in ["paper", "emulate"] {
+        let out = scratch.path(&format!("out-{mode}"));
+        let profiled = record_bounded_with(
+            &tracer,
+            &scratch,
+            &out,
+            Some(100_000),
+            &["--lookahead", mode],
+            &program,
+            &args,
+        );
+        let name = format!("unmapped_code ({mode})");
+        assert_same_behaviour(&name, &native.output, &profiled.output);
+        let rec = load(&out);
+        check_summary(&rec);
+        assert_valid_traces(&name, &rec);
+        let unreadable = host_counter(&rec.summary, "code_unreadable");
+        eprintln!("{name}: {unreadable} code reads found the page gone");
+        assert!(
+            unreadable > 0,
+            "{name}: no sample found the page gone: the test did not reach the \
+             case it is for; {}",
+            rec.summary
+        );
+    }
+}
+
 /// Perf event descriptors open in process `pid`.
 fn perf_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

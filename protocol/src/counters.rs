@@ -361,6 +361,10 @@ pub struct Host {
     /// Lookups in the handler's mapping table that gave up while it was
     /// being replaced.
     pub exec_map_lookups_given_up: u64,
+    /// Code reads in a mapping the table listed that faulted: the code was
+    /// unmapped or protected since the table's last refresh; the trace
+    /// ended there (`outside_mappings`) instead of faulting in the handler.
+    pub code_unreadable: u64,
     /// Breakpoint events replaced after a hit delivered late (the thread
     /// had SIGTRAP blocked) or an abandoned handler.
     pub breakpoints_renewed: u64,

@@ -612,6 +612,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
             threads_exited: tracer.host.threads_exited.load(Ordering::Relaxed),
             threads_gone: tracer.host.threads_gone.load(Ordering::Relaxed),
             exec_map_lookups_given_up: tracer.exec.gave_up.load(Ordering::Relaxed),
+            code_unreadable: tracer.exec.code_unreadable.load(Ordering::Relaxed),
             breakpoints_renewed: counters.breakpoints_renewed,
             stray_debug_traps: counters.stray_debug_traps,
         },

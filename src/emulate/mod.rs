@@ -156,6 +156,9 @@ impl x86_sem::Memory for SpecMemory {
         while i < n {
             let a = addr + i as u64;
             let Some(q) = RealMemory.read_qword(a & !7) else {
+                if i == 0 {
+                    self.exec.note_unreadable();
+                }
                 return i;
             };
             let bytes = q.to_le_bytes();

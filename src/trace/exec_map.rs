@@ -105,6 +105,9 @@ pub struct ExecMap {
     writer: AtomicBool,
     /// Lookups that gave up because the table kept changing under them.
     pub gave_up: AtomicU64,
+    /// Code reads the table allowed that faulted: the mapping was gone
+    /// (a dlclose, munmap or mprotect the worker has not seen yet).
+    pub code_unreadable: AtomicU64,
     /// Set (and the worker woken) when a trace ended outside the known
     /// mappings: code may have been loaded since the last refresh.
     refresh_wanted: AtomicU32,
@@ -130,6 +133,7 @@ impl ExecMap {
             generation: AtomicU32::new(1),
             writer: AtomicBool::new(false),
             gave_up: AtomicU64::new(0),
+            code_unreadable: AtomicU64::new(0),
             refresh_wanted: AtomicU32::new(0),
         }
     }
@@ -245,6 +249,13 @@ impl ExecMap {
         }
     }
 
+    /// A code read in a range the table lists faulted: counts it and asks
+    /// the worker to refresh the table. Async-signal-safe.
+    pub fn note_unreadable(&self) {
+        self.code_unreadable.fetch_add(1, Ordering::Relaxed);
+        self.request_refresh();
+    }
+
     /// The worker's wait: until a refresh is requested, at most `timeout`.
     /// Returns whether one was (and clears the request).
     pub fn wait_for_refresh_request(&self, timeout: std::time::Duration) -> bool {
@@ -310,6 +321,9 @@ impl CodeSource for LiveCode<'_> {
         let mut chunk = addr & !7;
         while got < want {
             let Some(word) = crate::sys::probe::load_u64(chunk) else {
+                if got == 0 {
+                    self.map.note_unreadable();
+                }
                 break;
             };
             let skip = addr.saturating_sub(chunk) as usize;
