@@ -558,6 +558,48 @@ fn code_taken_away_under_the_lookahead() {
     }
 }
 
+/// A panic in the tracer's signal handler (forced by a test-only failpoint)
+/// writes its message and aborts the process at once, as `panic = "abort"`
+/// would: it does not unwind (std would then abort only at the handler's
+/// extern "C" boundary, after running destructors in a signal handler,
+/// with "panic in a function that cannot unwind"), and it does not hang.
+#[test]
+fn a_panic_in_the_handler_aborts_with_its_message() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("panic");
+    let program = build(&clang, &scratch.0, "branchy", &["branchy.c"], &[]);
+    let out = scratch.path("out");
+    let mut command = Command::new(&tracer.ctl);
+    command
+        .args(["record", "-q", "-c", "200000", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&program)
+        .env("BREAKDANCE_FAILPOINT", "sample-panic");
+    let run = run_bounded("panic", command, &scratch);
+    let stderr = text(&run.output.stderr);
+    assert!(
+        stderr.contains("breakdance: internal error: panicked at")
+            && stderr.contains("failpoint sample-panic")
+            && stderr.contains("breakdance: aborting the process"),
+        "no panic message and abort notice; stderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("cannot unwind"),
+        "the panic unwound to the handler's boundary; stderr:\n{stderr}"
+    );
+    // record ends the way its program did.
+    assert_eq!(
+        run.output.status.signal(),
+        Some(libc::SIGABRT),
+        "the program was not killed by SIGABRT ({}); stderr:\n{stderr}",
+        run.output.status
+    );
+}
+
 /// Perf event descriptors open in process `pid`.
 fn perf_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

@@ -80,7 +80,7 @@ pub fn handle_line(line: &[u8]) -> String {
             ))
         }
     };
-    std::panic::catch_unwind(|| handle_request(text))
+    super::preload::catching_panics(|| handle_request(text))
         .unwrap_or_else(|_| error_line("internal error (see stderr)"))
 }
 

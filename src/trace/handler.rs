@@ -14,6 +14,7 @@
 
 use std::ffi::c_void;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::buffer::{AbortReason, TraceEnd};
 use crate::decode::{Gpr, RegisterFile};
@@ -64,6 +65,10 @@ impl StopRegisters {
     }
 }
 
+/// Set by `BREAKDANCE_FAILPOINT=sample-panic` (for tests only): the sample
+/// handler panics, to check that a panic there aborts with a message.
+pub(crate) static PANIC_AT_SAMPLE: AtomicBool = AtomicBool::new(false);
+
 /// The SIGTRAP handler installed while a session runs.
 pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
@@ -94,6 +99,9 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                         t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
                         on_breakpoint(tracer, slot, t, uc);
                     } else if tag == SAMPLE_TAG {
+                        if PANIC_AT_SAMPLE.load(Ordering::Relaxed) {
+                            panic!("failpoint sample-panic");
+                        }
                         if tracer.lookahead() == Lookahead::Emulate {
                             speculative::on_sample(tracer, slot, t, uc);
                         } else {
@@ -208,7 +216,7 @@ fn take_back(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
     close_open_trace(t, c, TraceEnd::Aborted(AbortReason::HandlerAbandoned));
     // What is left of the breakpoint's limit is unknown.
     renew_breakpoint(slot, t);
-    if tracer.running.load(std::sync::atomic::Ordering::Acquire) {
+    if tracer.running.load(Ordering::Acquire) {
         rearm_sampling(t);
     }
 }
@@ -342,7 +350,7 @@ pub(super) fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace,
 /// empty one if not (the paper's free-space check).
 pub(super) fn make_room(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
     let c = &slot.counters;
-    let lbr = tracer.lbr.load(std::sync::atomic::Ordering::Relaxed);
+    let lbr = tracer.lbr.load(Ordering::Relaxed);
     let needs_swap = t.buffer.as_ref().is_some_and(|b| !b.has_room(lbr));
     if needs_swap {
         if let Some(full) = t.buffer.take() {
