@@ -1,7 +1,9 @@
 //! `cargo bench --bench tracer`: the tracer's own costs on this machine.
 //!
 //! 1. The breakpoint microbenchmark (paper §3.2): median cost of one move
-//!    and of one whole stop (move + trigger + handler).
+//!    and of one whole stop (move + trigger + handler); and the floor under
+//!    every trace, the CPU time one task-clock sample costs with a handler
+//!    that only re-arms it, on a compute-bound and on a memory-bound loop.
 //! 2. A real session on a branchy loop for N = 16 and N = 32, interleaved
 //!    runs, with the data-flow look-ahead off (the paper's algorithm) and
 //!    on: median handler time per trace, breakpoints per trace, decode time
@@ -35,6 +37,24 @@ fn work(n: u64) -> u64 {
         } else if x & 8 == 0 {
             acc ^= x >> 3;
         }
+    }
+    acc
+}
+
+/// 8 MB of counters read and written at random: a memory-bound loop, as
+/// SQLite's is, where whatever a sample evicts is paid for after it.
+#[inline(never)]
+fn random_access(table: &mut [u64], n: u64) -> u64 {
+    let mask = table.len() as u64 - 1;
+    let mut x = 7u64;
+    let mut acc = 0u64;
+    for _ in 0..n {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let slot = &mut table[((x >> 20) & mask) as usize];
+        *slot += 1;
+        acc = acc.wrapping_add(*slot);
     }
     acc
 }
@@ -91,6 +111,31 @@ fn main() {
         moves.push(c.move_wall_ns);
         stops.push(c.stop_wall_ns);
     }
+    // One plain and one sampled run per round, both workloads in each
+    // round; each run is about 0.4 s of CPU on this machine.
+    let mut table = vec![0u64; 1 << 20];
+    let mut floors: Vec<(&str, u64, Vec<f64>, Vec<u64>)> = Vec::new();
+    for period in [1_000_000u64, 200_000] {
+        floors.push(("compute-bound", period, Vec::new(), Vec::new()));
+        floors.push(("memory-bound (8 MB)", period, Vec::new(), Vec::new()));
+    }
+    for _ in 0..RUNS {
+        for (name, period, per_sample, samples) in floors.iter_mut() {
+            let mut work: Box<dyn FnMut()> = if name.starts_with("compute") {
+                Box::new(|| {
+                    black_box(work(black_box(40_000_000)));
+                })
+            } else {
+                Box::new(|| {
+                    black_box(random_access(&mut table, black_box(150_000_000)));
+                })
+            };
+            let c = calibrate::measure_sampling_on_this_thread(*period, &mut *work)
+                .expect("task-clock sampling");
+            per_sample.push(c.per_sample_ns());
+            samples.push(c.samples);
+        }
+    }
     sys::restore_action(libc::SIGTRAP, &old).expect("restoring SIGTRAP");
     println!("breakpoint microbenchmark ({RUNS} runs x 10000 moves, 5000 stops; medians):");
     println!(
@@ -101,6 +146,18 @@ fn main() {
         "  stop (move + trigger + SIGTRAP + handler)  {:8.2} us",
         median(stops) / 1e3
     );
+    println!(
+        "\nthe sample floor ({RUNS} rounds of a plain and a sampled run; medians): CPU time one \
+         task-clock sample adds with a handler that only re-arms it"
+    );
+    for (name, period, per_sample, samples) in floors {
+        let samples = median(samples.iter().map(|&n| n as f64).collect());
+        println!(
+            "  {name:<20} period {:>4} us  {:8.2} us/sample  ({samples:.0} samples per run)",
+            period / 1000,
+            median(per_sample) / 1e3
+        );
+    }
 
     let dir = std::env::temp_dir().join(format!("bd-bench-{}", std::process::id()));
     let mut configs: Vec<(usize, &str, Vec<Run>)> = [16, 32]

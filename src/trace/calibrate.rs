@@ -5,6 +5,12 @@
 //! Used by `cargo bench` and bench-harness `bpcost` (which runs it on many
 //! threads at once). It installs its own SIGTRAP handler for the duration,
 //! so it refuses to run during a session.
+//!
+//! Also the floor under every trace: what one sample costs the sampled
+//! thread in CPU time when the handler does nothing but re-arm the event
+//! (task-clock overflow, SIGTRAP delivery, an empty handler, the refresh
+//! ioctl, and whatever the machine adds: in a KVM guest, the timer's exits
+//! to the host are charged to the running task).
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -12,18 +18,26 @@ use std::hint::black_box;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
+use perf_event_open_sys::bindings as pb;
+
 use crate::sys::{self, Errno};
 
-use super::threads::breakpoint_attr;
+use super::threads::{breakpoint_attr, sampling_attr, SamplingEvent};
 
 thread_local! {
     /// Stops taken by the calling thread (const-initialised: no lazy
     /// allocation on first use in the handler).
     static STOPS: Cell<u64> = const { Cell::new(0) };
+    /// Samples taken by the calling thread, and its sampling event (-1
+    /// when none).
+    static SAMPLES: Cell<u64> = const { Cell::new(0) };
+    static SAMPLING_FD: Cell<i32> = const { Cell::new(-1) };
 }
 
 /// `sig_data` of the calibration breakpoint ("bdca"), not the tracer's.
 const CALIBRATION_TAG: u64 = 0x6264_6361;
+/// `sig_data` of the calibration sampling event ("bdcs").
+const CALIBRATION_SAMPLE_TAG: u64 = 0x6264_6373;
 
 /// Functions the breakpoint is moved onto; never inlined, so a call runs
 /// their first instruction.
@@ -48,7 +62,15 @@ extern "C" fn parked_b(x: u64) -> u64 {
     black_box(x) ^ 0xaa
 }
 
-extern "C" fn on_calibration_trap(_sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
+extern "C" fn on_calibration_trap(_sig: i32, info: *mut libc::siginfo_t, _ctx: *mut c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    if sys::siginfo_perf_data(unsafe { &*info }) == CALIBRATION_SAMPLE_TAG {
+        // What the tracer's sample handler does at the least: re-arm the
+        // one-shot event.
+        SAMPLES.with(|s| s.set(s.get() + 1));
+        let _ = sys::perf_refresh(SAMPLING_FD.with(Cell::get), 1);
+        return;
+    }
     STOPS.with(|s| s.set(s.get() + 1));
 }
 
@@ -150,6 +172,64 @@ pub fn measure_on_this_thread(moves: usize, stops: usize) -> Result<BreakpointCo
     })
 }
 
+/// What sampling costs the sampled thread, from one run of a workload
+/// without sampling and one with.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleCost {
+    /// Thread CPU time of the workload alone.
+    pub native_cpu_ns: f64,
+    /// Thread CPU time of the workload sampled.
+    pub sampled_cpu_ns: f64,
+    pub samples: u64,
+}
+
+impl SampleCost {
+    /// CPU time each sample added.
+    pub fn per_sample_ns(&self) -> f64 {
+        (self.sampled_cpu_ns - self.native_cpu_ns) / self.samples.max(1) as f64
+    }
+}
+
+/// Runs `work` once plain and once under a one-shot task-clock sampling
+/// event of `period_ns` whose handler only re-arms it, on the calling
+/// thread, with the handler installed by [`install_handler`]. EIO if no
+/// sample arrived.
+pub fn measure_sampling_on_this_thread(
+    period_ns: u64,
+    work: &mut dyn FnMut(),
+) -> Result<SampleCost, Errno> {
+    let c = thread_cpu_ns();
+    work();
+    let native_cpu_ns = thread_cpu_ns() - c;
+
+    let mut attr = sampling_attr(&SamplingEvent {
+        type_: pb::PERF_TYPE_SOFTWARE,
+        config: pb::PERF_COUNT_SW_TASK_CLOCK as u64,
+        period: period_ns,
+        freq: false,
+    });
+    attr.sig_data = CALIBRATION_SAMPLE_TAG;
+    let fd = sys::perf_event_open(&mut attr, 0)?;
+    SAMPLING_FD.with(|f| f.set(fd.as_raw_fd()));
+    let before = SAMPLES.with(Cell::get);
+    let c = thread_cpu_ns();
+    sys::perf_refresh(fd.as_raw_fd(), 1)?;
+    work();
+    let _ = sys::perf_disable(fd.as_raw_fd());
+    let sampled_cpu_ns = thread_cpu_ns() - c;
+    SAMPLING_FD.with(|f| f.set(-1));
+    drop(fd);
+    let samples = SAMPLES.with(Cell::get) - before;
+    if samples == 0 {
+        return Err(Errno(libc::EIO));
+    }
+    Ok(SampleCost {
+        native_cpu_ns,
+        sampled_cpu_ns,
+        samples,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +244,22 @@ mod tests {
             cost.move_wall_ns > 0.0 && cost.stop_wall_ns > 0.0 && cost.stop_cpu_ns > 0.0,
             "{cost:?}"
         );
+    }
+
+    #[test]
+    fn sampling_delivers_samples_that_cost_cpu() {
+        let old = install_handler().expect("installing the calibration handler");
+        // Spins until the thread has used 50 ms of CPU: about 50 samples
+        // at 1 ms however fast the machine is.
+        let mut work = || {
+            let t = thread_cpu_ns();
+            while thread_cpu_ns() - t < 50e6 {
+                black_box(0);
+            }
+        };
+        let cost = measure_sampling_on_this_thread(1_000_000, &mut work);
+        sys::restore_action(libc::SIGTRAP, &old).unwrap();
+        let cost = cost.expect("task-clock sampling works on this machine");
+        assert!(cost.samples >= 10, "{cost:?}");
     }
 }
