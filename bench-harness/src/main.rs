@@ -11,6 +11,7 @@ mod profiler;
 mod quality;
 mod report;
 mod runner;
+mod tracelen;
 mod verify;
 mod workloads;
 
@@ -30,6 +31,8 @@ experiments:
              the brr results already in results/brr
   verify     the data-flow look-ahead's predictions checked at a stop on every
              workload: mismatches per workload
+  tracelen   traces longer than 32 branches: cost per branch and profile
+             quality against CPU overhead, per trace length
   all        every experiment above, in order
 
 options:
@@ -95,6 +98,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "quality" => quality::run(opts),
         "fdo" => fdo::run(opts),
         "verify" => verify::run(opts),
+        "tracelen" => tracelen::run(opts),
         "brr" => {
             let dir = opts.results.join("brr");
             std::fs::create_dir_all(&dir)
@@ -114,6 +118,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
                 "fdo",
                 "brr",
                 "verify",
+                "tracelen",
             ] {
                 match run(e, opts) {
                     Ok(n) => failed += n,
