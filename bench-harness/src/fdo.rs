@@ -20,20 +20,56 @@ use std::path::{Path, PathBuf};
 
 /// Sampling period of the training runs: the fastest rate of `overhead`.
 const PERIOD_NS: u64 = 1_000_000;
+/// A hardware LBR's depth, the tracer's default trace length.
+const LBR: u32 = 32;
 /// Profiled training runs merged into one profile.
 const TRAIN_RUNS: usize = 3;
 const QUICK_TRAIN_RUNS: usize = 1;
 const ROUNDS: usize = 7;
 const QUICK_ROUNDS: usize = 3;
 
-const VARIANTS: [&str; 6] = [
+const VARIANTS: [&str; 8] = [
     "baseline -O2",
     "AutoFDO, ours (paper) via llvm-profgen",
     "AutoFDO, ours (emulate) via llvm-profgen",
+    "AutoFDO, ours (emulate, N = 128, 3 ms) via llvm-profgen",
+    "AutoFDO, ours (emulate, N = 128, 10 ms) via llvm-profgen",
     "AutoFDO, ours (emulate) via create_llvm_prof",
     "AutoFDO, exact (callgrind)",
     "instrumented PGO",
 ];
+
+/// How the training runs are recorded.
+#[derive(Clone, Copy)]
+struct Training {
+    mode: Lookahead,
+    period_ns: u64,
+    lbr: u32,
+}
+
+impl Training {
+    const fn at_1ms(mode: Lookahead) -> Training {
+        Training {
+            mode,
+            period_ns: PERIOD_NS,
+            lbr: LBR,
+        }
+    }
+
+    /// `MODE` for the defaults, `MODE-nN-pMS` otherwise.
+    fn name(&self) -> String {
+        if self.period_ns == PERIOD_NS && self.lbr == LBR {
+            self.mode.to_string()
+        } else {
+            format!(
+                "{}-n{}-p{}",
+                self.mode,
+                self.lbr,
+                self.period_ns / 1_000_000
+            )
+        }
+    }
+}
 
 /// Produces one optimised binary of a workload.
 type BuildStep<'a> = Box<dyn Fn() -> Result<PathBuf> + 'a>;
@@ -70,33 +106,41 @@ pub fn run(opts: &Options) -> Result<usize> {
         let dir = ws.cache.join("runs").join("fdo").join(name);
         std::fs::create_dir_all(&dir)?;
         let mut binaries: Vec<Option<PathBuf>> = vec![Some(w.binary.clone())];
-        let steps: [(&str, BuildStep); 5] = [
+        let profgen_step = |training: Training| -> BuildStep {
+            let (tracer, w, ws, dir) = (&tracer, &w, &ws, &dir);
+            Box::new(move || {
+                let t = tracer.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+                let prof = profgen_profile(t, w, dir, train_runs, training)?;
+                sample_use_build(ws, w, &format!("afdo-profgen-{}", training.name()), &prof)
+            })
+        };
+        let long = |period_ns| Training {
+            mode: Lookahead::Emulate,
+            period_ns,
+            lbr: 128,
+        };
+        let steps: [(&str, BuildStep); 7] = [
             (
                 VARIANTS[1],
-                Box::new(|| {
-                    let t = tracer.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
-                    let prof = profgen_profile(t, &w, &dir, train_runs, Lookahead::Paper)?;
-                    sample_use_build(&ws, &w, "afdo-profgen-paper", &prof)
-                }),
+                profgen_step(Training::at_1ms(Lookahead::Paper)),
             ),
             (
                 VARIANTS[2],
-                Box::new(|| {
-                    let t = tracer.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
-                    let prof = profgen_profile(t, &w, &dir, train_runs, Lookahead::Emulate)?;
-                    sample_use_build(&ws, &w, "afdo-profgen-emulate", &prof)
-                }),
+                profgen_step(Training::at_1ms(Lookahead::Emulate)),
             ),
+            (VARIANTS[3], profgen_step(long(3_000_000))),
+            (VARIANTS[4], profgen_step(long(10_000_000))),
             (
-                VARIANTS[3],
+                VARIANTS[5],
                 Box::new(|| {
                     let t = tracer.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
-                    let prof = clp_profile(t, &w, &dir, train_runs, Lookahead::Emulate)?;
+                    let training = Training::at_1ms(Lookahead::Emulate);
+                    let prof = clp_profile(t, &w, &dir, train_runs, training)?;
                     sample_use_build(&ws, &w, "afdo-clp", &prof)
                 }),
             ),
             (
-                VARIANTS[4],
+                VARIANTS[6],
                 Box::new(|| {
                     let r = quality::reference(&ws, &w, Input::Train)?;
                     let txt = dir.join("exact.afdo.txt");
@@ -106,7 +150,7 @@ pub fn run(opts: &Options) -> Result<usize> {
                     sample_use_build(&ws, &w, "afdo-exact", &prof)
                 }),
             ),
-            (VARIANTS[5], Box::new(|| instrumented_pgo(&ws, &w, &dir))),
+            (VARIANTS[7], Box::new(|| instrumented_pgo(&ws, &w, &dir))),
         ];
         for (label, step) in &steps {
             eprintln!("[fdo] {name}: {label}");
@@ -125,23 +169,24 @@ pub fn run(opts: &Options) -> Result<usize> {
     rep.finish()
 }
 
-/// Profiled training runs on the baseline binary in look-ahead `mode`, into
-/// `dir/train-MODE-N/`.
+/// Profiled training runs on the baseline binary, recorded as `training`
+/// says, into `dir/train-NAME-N/`.
 fn train(
     t: &Tracer,
     w: &Workload,
     dir: &Path,
     runs: usize,
-    mode: Lookahead,
+    training: Training,
 ) -> Result<Vec<PathBuf>> {
+    let lbr = training.lbr.to_string();
     (0..runs)
         .map(|i| {
-            let out = dir.join(format!("train-{mode}-{i}"));
+            let out = dir.join(format!("train-{}-{i}", training.name()));
             t.record_run_with(
                 &w.command(Input::Train),
-                PERIOD_NS,
+                training.period_ns,
                 &out,
-                &["--lookahead", mode.name()],
+                &["--lookahead", training.mode.name(), "--lbr", &lbr],
             )?;
             Ok(out)
         })
@@ -154,12 +199,12 @@ fn profgen_profile(
     w: &Workload,
     dir: &Path,
     runs: usize,
-    mode: Lookahead,
+    training: Training,
 ) -> Result<PathBuf> {
     let profgen = runner::require_tool("llvm-profgen-19", "llvm-19")?;
     let profdata = runner::require_tool("llvm-profdata-19", "llvm-19")?;
     let mut parts = Vec::new();
-    for out in train(t, w, dir, runs, mode)? {
+    for out in train(t, w, dir, runs, training)? {
         let prof = out.join("profgen.prof");
         runner::run(
             &Cmd::new(&profgen)
@@ -172,7 +217,7 @@ fn profgen_profile(
         )?;
         parts.push(prof);
     }
-    let merged = dir.join(format!("profgen-{mode}.prof"));
+    let merged = dir.join(format!("profgen-{}.prof", training.name()));
     runner::run(
         &Cmd::new(profdata)
             .args(["merge", "--sample", "-o"])
@@ -189,11 +234,11 @@ fn clp_profile(
     w: &Workload,
     dir: &Path,
     runs: usize,
-    mode: Lookahead,
+    training: Training,
 ) -> Result<PathBuf> {
     let module =
         bench_harness::elf::ElfModule::load(&w.binary).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let files = train(t, w, dir, runs, mode)?
+    let files = train(t, w, dir, runs, training)?
         .iter()
         .map(|out| autofdo::tracer_afdo(out, &module))
         .collect::<Result<Vec<_>>>()?;
@@ -305,7 +350,8 @@ fn write(rep: &mut Report, results: &[(String, VariantTimes)], rounds: usize) ->
         "Speedup = baseline time / variant time on the evaluation input, per round of \
          {rounds} interleaved rounds: median (min–max) over the rounds; CPU time (user + system) is the primary measure because \
          these machines are shared and wall time swings with their load. Profiles from the \
-         training input; ours sampled with task-clock every {} ms.",
+         training input, {TRAIN_RUNS} runs each ({QUICK_TRAIN_RUNS} with --quick); ours sampled with task-clock every {} ms with traces of \
+         {LBR} branches unless the variant names another N and period.",
         PERIOD_NS / 1_000_000
     ));
     type Measure = (&'static str, &'static str, fn(&Timing) -> f64);
