@@ -7,8 +7,10 @@
 #   profile, and compare the builds.
 #
 # Usage: scripts/demo.sh
-# Environment: DEMO_PERIOD  sampling period for record -c (default 1000000:
-#                           1 ms of task-clock without a PMU)
+# Environment: DEMO_PERIOD  sampling period for record -c (default 3000000:
+#                           3 ms of task-clock without a PMU, where
+#                           emulate mode's 128-branch traces end well
+#                           before the next sample)
 #              DEMO_ROUNDS  work the demo program does (default 10000, ~2 s)
 # Work directory: target/demo/ (outputs in target/demo/out/). Exits non-zero,
 # naming the step, if any step fails.
@@ -18,7 +20,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 work=$root/target/demo
 out=$work/out
-period=${DEMO_PERIOD:-1000000}
+period=${DEMO_PERIOD:-3000000}
 rounds=${DEMO_ROUNDS:-10000}
 cflags=(-O2 -gdwarf-4 -fdebug-info-for-profiling)
 

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 use breakdance_protocol::Counters;
 
+/// The trace length of the paper's experiments: a hardware LBR's depth.
+pub const PAPER_LBR: u32 = 32;
+
 /// The built tracer: profiler-ctl and libbreakdance.so next to this binary.
 pub struct Tracer {
     pub ctl: PathBuf,
@@ -33,7 +36,8 @@ impl Tracer {
 
     /// `cmd` under `profiler-ctl record` with task-clock sampling every
     /// `period_ns`, into `out`, with more `record` options (`--lookahead
-    /// verify`).
+    /// verify`). Traces are a hardware LBR's 32 branches, as in the paper,
+    /// unless `options` names another `--lbr`.
     pub fn record_with(&self, cmd: &Cmd, period_ns: u64, out: &Path, options: &[&str]) -> Cmd {
         let mut args: Vec<OsString> = vec![
             "record".into(),
@@ -45,6 +49,9 @@ impl Tracer {
             "-o".into(),
             out.as_os_str().to_owned(),
         ];
+        if !options.contains(&"--lbr") {
+            args.extend(["--lbr".into(), PAPER_LBR.to_string().into()]);
+        }
         args.extend(options.iter().map(OsString::from));
         args.push("--".into());
         cmd.wrapped(&self.ctl, &args)

@@ -113,8 +113,7 @@ pub fn run(opts: &Options) -> Result<usize> {
                 for c in configs.iter_mut() {
                     let out = wdir.join(format!("n{}-p{}-{round}", c.lbr, c.period));
                     let lbr = c.lbr.to_string();
-                    let (t, s) =
-                        tracer.record_run_with(&cmd, c.period, &out, &["--lbr", &lbr])?;
+                    let (t, s) = tracer.record_run_with(&cmd, c.period, &out, &["--lbr", &lbr])?;
                     c.cpu_s.push(t.cpu_s());
                     c.traces += s.counters.traces_started;
                     c.entries += s.counters.entries_recorded;

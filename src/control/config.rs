@@ -83,6 +83,7 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
             .unwrap_or_else(|| Path::new(DEFAULT_OUTPUT)),
     );
     check_output_dir(&output, o.force_dir)?;
+    let lookahead = o.lookahead.unwrap_or_default();
     Ok(Resolved {
         event,
         sampling: SamplingEvent {
@@ -93,10 +94,10 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
         },
         period,
         freq,
-        lbr: o.lbr.map_or(DEFAULT_LBR, |n| n as usize),
+        lbr: o.lbr.unwrap_or(lookahead.default_lbr()) as usize,
         output,
         force_dir: o.force_dir,
-        lookahead: o.lookahead.unwrap_or_default(),
+        lookahead,
     })
 }
 
@@ -132,7 +133,14 @@ mod tests {
         let r = resolve(&o, false).unwrap();
         assert_eq!(r.event, EventKind::TaskClock);
         assert_eq!(r.period, Some(breakdance_protocol::DEFAULT_CLOCK_PERIOD_NS));
-        assert_eq!(r.lbr, DEFAULT_LBR);
+        use breakdance_protocol::Lookahead;
+        assert_eq!(r.lookahead, Lookahead::Emulate);
+        assert_eq!(r.lbr, breakdance_protocol::DEFAULT_EMULATE_LBR as usize);
+        let paper = Options {
+            lookahead: Some(Lookahead::Paper),
+            ..o.clone()
+        };
+        assert_eq!(resolve(&paper, false).unwrap().lbr, DEFAULT_LBR);
         let r = resolve(&o, true).unwrap();
         assert_eq!(r.event, EventKind::Branches);
         let _ = std::fs::remove_dir_all(dir);
