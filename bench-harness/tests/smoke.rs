@@ -396,3 +396,28 @@ fn bad_arguments_are_named() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--cache needs a directory"));
 }
+
+/// `tracelen --quick`: traces of 32 and 128 branches on every quick
+/// workload; every entry valid, every score a fraction, the cost per 32
+/// branches a number (never how large: that depends on the machine).
+#[test]
+fn tracelen_scores_each_trace_length() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if tools_present().is_none() {
+        return;
+    }
+    let dir = run("tracelen");
+    let t = read_csv(&dir.join("tracelen.csv"));
+    assert_eq!(t.len(), 1 + 4 * 2, "4 workloads x 2 trace lengths: {t:?}");
+    for r in &t[1..] {
+        assert_eq!(num(&r[column(&t, "invalid entries")]), 0.0, "{r:?}");
+        for name in ["instruction overlap", "taken-edge overlap"] {
+            let v = num(&r[column(&t, name)]);
+            assert!(v > 0.0 && v <= 1.0, "{name} {r:?}");
+        }
+        assert!(num(&r[column(&t, "CPU overhead")]) > 0.0, "{r:?}");
+        assert!(num(&r[column(&t, "traces per run")]) > 0.0, "{r:?}");
+        assert!(num(&r[column(&t, "extra µs per 32 branches")]).is_finite(), "{r:?}");
+    }
+    svg_ok(&dir.join("lua_overlap_vs_overhead.svg"));
+}
