@@ -5,11 +5,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+#include "cpu_time.h"
 
 int main(int argc, char **argv) {
     if (argc < 3)

@@ -12,6 +12,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "cpu_time.h"
+
 typedef unsigned (*step_fn)(unsigned);
 
 static sigjmp_buf recover;
@@ -34,12 +36,6 @@ static step_fn good[1] = {step};
 
 __attribute__((noinline)) static unsigned call_through(step_fn *slot, unsigned x) {
     return (*slot)(x);
-}
-
-static double cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 int main(int argc, char **argv) {

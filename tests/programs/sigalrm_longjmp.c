@@ -11,6 +11,8 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "cpu_time.h"
+
 static sigjmp_buf again;
 static volatile sig_atomic_t jumps;
 
@@ -24,12 +26,6 @@ __attribute__((noinline)) static unsigned work(unsigned x) {
     for (int i = 0; i < 2000; i++)
         x = (x & 1) ? x * 3 + 1 : (x >> 1) ^ 0x9e3779b9u;
     return x;
-}
-
-static double cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 int main(int argc, char **argv) {

@@ -24,6 +24,8 @@
 #include <time.h>
 #include <ucontext.h>
 
+#include "cpu_time.h"
+
 #define PAGE 4096
 
 /* hide_self(page, PAGE): 20000 iterations of a loop, then
@@ -66,12 +68,6 @@ static void on_segv(int sig, siginfo_t *info, void *ctx) {
     uint64_t *sp = (uint64_t *)r[REG_RSP];
     r[REG_RIP] = (greg_t)*sp;
     r[REG_RSP] += 8;
-}
-
-static double cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 int main(int argc, char **argv) {
