@@ -417,7 +417,10 @@ fn tracelen_scores_each_trace_length() {
         }
         assert!(num(&r[column(&t, "CPU overhead")]) > 0.0, "{r:?}");
         assert!(num(&r[column(&t, "traces per run")]) > 0.0, "{r:?}");
-        assert!(num(&r[column(&t, "extra µs per 32 branches")]).is_finite(), "{r:?}");
+        assert!(
+            num(&r[column(&t, "extra µs per 32 branches")]).is_finite(),
+            "{r:?}"
+        );
     }
     svg_ok(&dir.join("lua_overlap_vs_overhead.svg"));
 }
