@@ -90,7 +90,7 @@ fn check_consumers(rec: &Recording, binary: &Path, expected: &str, work: &Path) 
         !written.is_empty(),
         "create_llvm_prof wrote an empty profile for {name}"
     );
-    let (sound, dropped) = drop_corrupt_llvm_text_records(&written);
+    let (sound, dropped) = bench_harness::llvm_text::sanitize_llvm_text(&written);
     if dropped > 0 {
         eprintln!("{name}: dropped {dropped} create_llvm_prof records with corrupt names");
     }
@@ -378,18 +378,4 @@ fn shared_library_profiles() {
     check_consumers(&rec, &library, "lib_hot", &dir.0);
     // The executable's own profile: main_step is its hottest function.
     check_consumers(&rec, &binary, "main_step", &dir.0);
-}
-
-/// The repair of create_llvm_prof's corrupt names, on the shape seen here.
-#[test]
-fn corrupt_create_llvm_prof_records_are_dropped() {
-    let mut text = b"main:194072:0\n 3.1: 5348\n 4: 5348 next_random:5348 \x01\xdf{:7\n".to_vec();
-    text.extend_from_slice(b" 1.1: \x00\xdf{\xf7:0\n  2: 0\n  3: 1 warm:1\n 9: 149 cold:148\n");
-    text.extend_from_slice(b"cold:3279:148\n 0: 148\n");
-    let (sound, dropped) = drop_corrupt_llvm_text_records(&text);
-    assert_eq!(dropped, 1);
-    assert_eq!(
-        String::from_utf8(sound).unwrap(),
-        "main:194072:0\n 3.1: 5348\n 4: 5348 next_random:5348\n 9: 149 cold:148\ncold:3279:148\n 0: 148\n"
-    );
 }

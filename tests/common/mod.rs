@@ -471,69 +471,6 @@ pub fn hottest(totals: &BTreeMap<String, u64>) -> Option<&str> {
         .map(|(n, _)| n.as_str())
 }
 
-/// create_llvm_prof 0.19 sometimes writes inlined-callee records whose name
-/// is a dangling string (random bytes; google/autofdo issue 95), which
-/// llvm-profdata then refuses. This drops such records with everything nested
-/// under them, and call-target tokens with such names, and returns how many
-/// were dropped. Records with sound names are kept byte for byte.
-pub fn drop_corrupt_llvm_text_records(text: &[u8]) -> (Vec<u8>, usize) {
-    fn sound_name(name: &[u8]) -> bool {
-        !name.is_empty()
-            && (name[0].is_ascii_alphabetic() || name[0] == b'_' || name[0] == b'.')
-            && name
-                .iter()
-                .all(|&b| b.is_ascii_alphanumeric() || b"_.$".contains(&b))
-    }
-    let mut out = Vec::with_capacity(text.len());
-    let mut dropped = 0;
-    let mut skip_deeper_than: Option<usize> = None;
-    for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        let indent = line.iter().take_while(|&&b| b == b' ').count();
-        if let Some(depth) = skip_deeper_than {
-            if indent > depth {
-                continue;
-            }
-            skip_deeper_than = None;
-        }
-        let body = &line[indent..];
-        // Top level: NAME:TOTAL:HEAD. Nested: LOC: COUNT [NAME:COUNT ...]
-        // or LOC: NAME:TOTAL (an inlined callee's record).
-        let (keep, rewritten) = match body.windows(2).position(|w| w == b": ") {
-            Some(at) if indent > 0 => {
-                let rest = &body[at + 2..];
-                if rest.first().is_some_and(u8::is_ascii_digit) {
-                    let mut kept = line[..indent + at + 2].to_vec();
-                    for (i, token) in rest.split(|&b| b == b' ').enumerate() {
-                        let name = token.rsplitn(2, |&b| b == b':').nth(1).unwrap_or(b"");
-                        if i == 0 || sound_name(name) {
-                            if i > 0 {
-                                kept.push(b' ');
-                            }
-                            kept.extend_from_slice(token);
-                        }
-                    }
-                    (true, Some(kept))
-                } else {
-                    let name = rest.rsplitn(2, |&b| b == b':').nth(1).unwrap_or(b"");
-                    (sound_name(name), None)
-                }
-            }
-            _ => (
-                sound_name(body.split(|&b| b == b':').next().unwrap_or(b"")),
-                None,
-            ),
-        };
-        if keep {
-            out.extend_from_slice(rewritten.as_deref().unwrap_or(line));
-            out.push(b'\n');
-        } else {
-            dropped += 1;
-            skip_deeper_than = Some(indent);
-        }
-    }
-    (out, dropped)
-}
-
 /// How long a test waits for something that happens by itself (a socket
 /// appearing, the first traces). Not a speed check: it only keeps a broken
 /// library from hanging the suite.
