@@ -39,11 +39,13 @@ fn run_mode(
     out: std::path::PathBuf,
 ) -> Recording {
     let name = binary.file_name().unwrap().to_string_lossy();
+    // Every mode at a hardware LBR's depth (emulate's default is longer),
+    // so that breakpoints per trace compare the modes alone.
     let profiled = record_with(
         tracer,
         &out,
         PERIOD_NS,
-        &["--lookahead", mode],
+        &["--lookahead", mode, "--lbr", "32"],
         binary,
         &[arg],
         &[],
