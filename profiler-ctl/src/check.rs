@@ -167,18 +167,7 @@ fn recording_findings(
                          for {} bytes of code ({} branches recorded in it, {} traces in all)",
                         facts.code_size, module.branches, summary.counters.traces_completed
                     ),
-                    format!(
-                        "sample more often or run longer: profiler-ctl record -c {} -o {} -- \
-                         {shown} ARGS...",
-                        (summary
-                            .config
-                            .period
-                            .unwrap_or(breakdance_protocol::DEFAULT_CLOCK_PERIOD_NS)
-                            as f64
-                            / factor.max(1.0))
-                        .ceil() as u64,
-                        dir.display()
-                    ),
+                    more_samples_fix(&summary.config, factor, dir, &shown.to_string()),
                 )
             })
             .into_iter()
@@ -188,6 +177,51 @@ fn recording_findings(
             "apt-get install llvm-19 (or scripts/install-deps.sh)",
         )],
     })
+}
+
+/// The shortest clock period `check` suggests for traces of `lbr`
+/// branches: a trace should end well before the next sample, and
+/// 128-branch traces want 3 ms (results/tracelen); a hardware LBR's 32, 1 ms.
+fn shortest_clock_period_ns(lbr: u32) -> u64 {
+    if lbr <= breakdance_protocol::DEFAULT_LBR {
+        1_000_000
+    } else {
+        3_000_000
+    }
+}
+
+/// How to get `factor` times more samples than the recording `config`
+/// had: a period `factor` times shorter, but for the clock events none
+/// shorter than [`shortest_clock_period_ns`] (or than the one used), the
+/// rest from running longer.
+fn more_samples_fix(
+    config: &breakdance_protocol::SessionConfig,
+    factor: f64,
+    dir: &Path,
+    shown: &str,
+) -> String {
+    let period = config.period.unwrap_or(config.event.default_period());
+    let wanted = (period as f64 / factor.max(1.0)).ceil() as u64;
+    let suggested = if config.event.is_clock() {
+        wanted.max(period.min(shortest_clock_period_ns(config.lbr)))
+    } else {
+        wanted
+    };
+    let mut fix = format!(
+        "sample more often or run longer: profiler-ctl record -c {suggested} -o {} -- {shown} ARGS...",
+        dir.display()
+    );
+    if suggested > wanted {
+        let longer = factor * suggested as f64 / period as f64;
+        let _ = write!(
+            fix,
+            ", on about {longer:.0}x more work (periods under {} ms let traces of {} branches \
+             run into the next sample)",
+            shortest_clock_period_ns(config.lbr) as f64 / 1e6,
+            config.lbr
+        );
+    }
+    fix
 }
 
 /// Every finding for `binary`, with the recording `dir` when given.
@@ -227,4 +261,54 @@ pub fn render(binary: &Path, findings: &[Finding]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use breakdance_protocol::{Event, SessionConfig};
+
+    fn config(event: Event, period: u64, lbr: u32) -> SessionConfig {
+        SessionConfig {
+            event,
+            period: Some(period),
+            lbr,
+            ..SessionConfig::default()
+        }
+    }
+
+    #[test]
+    fn more_samples_never_means_a_period_a_trace_outlasts() {
+        let dir = Path::new("/out");
+        // Within reach by a shorter period alone.
+        assert_eq!(
+            more_samples_fix(&config(Event::TaskClock, 10_000_000, 32), 5.0, dir, "./p"),
+            "sample more often or run longer: profiler-ctl record -c 2000000 -o /out -- ./p ARGS..."
+        );
+        // 285x at 10 ms with 128-branch traces: 3 ms, and the rest from
+        // running longer.
+        let fix = more_samples_fix(
+            &config(Event::TaskClock, 10_000_000, 128),
+            284.6,
+            dir,
+            "./p",
+        );
+        assert!(
+            fix.starts_with("sample more often or run longer: profiler-ctl record -c 3000000 ")
+                && fix.contains("on about 85x more work")
+                && fix.contains("traces of 128 branches"),
+            "{fix}"
+        );
+        // Already sampling faster than that: keep the period, run longer.
+        let fix = more_samples_fix(&config(Event::TaskClock, 500_000, 32), 4.0, dir, "./p");
+        assert!(
+            fix.contains("-c 500000 ") && fix.contains("on about 4x more work"),
+            "{fix}"
+        );
+        // Hardware events count events, not time: the period is divided.
+        assert!(
+            more_samples_fix(&config(Event::Branches, 1_000_003, 32), 10.0, dir, "./p")
+                .contains("-c 100001 ")
+        );
+    }
 }
