@@ -152,22 +152,7 @@ impl x86_sem::Memory for SpecMemory {
         let n = ((end - addr) as usize).min(buf.len());
         // Code is read through the fault-safe load too: a module unmapped
         // since the table was refreshed reads as not executable.
-        let mut i = 0;
-        while i < n {
-            let a = addr + i as u64;
-            let Some(q) = RealMemory.read_qword(a & !7) else {
-                if i == 0 {
-                    self.exec.note_unreadable();
-                }
-                return i;
-            };
-            let bytes = q.to_le_bytes();
-            let from = (a & 7) as usize;
-            let take = (8 - from).min(n - i);
-            buf[i..i + take].copy_from_slice(&bytes[from..from + take]);
-            i += take;
-        }
-        n
+        self.exec.read_code(addr, &mut buf[..n])
     }
 }
 

@@ -74,6 +74,26 @@ pub fn load_u64(addr: u64) -> Option<u64> {
     (ok != 0).then_some(value)
 }
 
+/// Copies the bytes from `addr` into `out` with [`load_u64`]'s aligned
+/// loads, stopping at the first unreadable qword; returns how many were
+/// copied. The aligned loads read nothing past the page that holds the
+/// last byte wanted. Async-signal-safe, under the same condition as
+/// [`load_u64`].
+pub fn read_bytes(addr: u64, out: &mut [u8]) -> usize {
+    let mut got = 0;
+    while got < out.len() {
+        let at = addr + got as u64;
+        let Some(word) = load_u64(at & !7) else {
+            break;
+        };
+        let skip = (at & 7) as usize;
+        let n = (8 - skip).min(out.len() - got);
+        out[got..got + n].copy_from_slice(&word.to_le_bytes()[skip..skip + n]);
+        got += n;
+    }
+    got
+}
+
 /// The part of a SIGSEGV/SIGBUS handler that recognises a fault of
 /// [`load_u64`]: when the fault is at its load instruction, moves the pc to
 /// the recovery point and returns true (the handler then returns, and the
@@ -111,21 +131,24 @@ mod tests {
 
     #[test]
     fn unmapped_memory_reports_a_fault() {
-        // SAFETY: an anonymous mapping, unmapped again: the address is
-        // known to be unreadable afterwards.
+        // SAFETY: two anonymous pages, the second unmapped again: it is
+        // known to be unreadable afterwards, and the first to hold what
+        // is written here.
         let page = unsafe {
             let p = libc::mmap(
                 std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ,
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             );
             assert_ne!(p, libc::MAP_FAILED);
-            libc::munmap(p, 4096);
+            libc::munmap(p.cast::<u8>().add(4096).cast(), 4096);
+            std::ptr::copy_nonoverlapping(b"abcdef".as_ptr(), p.cast::<u8>().add(4090), 6);
             p as u64
         };
+        let gone = page + 4096;
         let old = crate::sys::install_handler(
             libc::SIGSEGV,
             on_segv,
@@ -133,10 +156,17 @@ mod tests {
             libc::SA_NODEFER,
         )
         .expect("install");
-        assert_eq!(load_u64(page + 8), None);
+        assert_eq!(load_u64(gone + 8), None);
         assert_eq!(load_u64(0), None);
         let word = 5u64;
         assert_eq!(load_u64(&word as *const u64 as u64), Some(5));
+        // An unaligned start, and a copy that stops where the mapping ends.
+        let mut out = [0u8; 16];
+        assert_eq!(read_bytes(page + 4090, &mut out), 6);
+        assert_eq!(&out[..6], b"abcdef");
+        assert_eq!(read_bytes(gone, &mut out), 0);
         crate::sys::restore_action(libc::SIGSEGV, &old).unwrap();
+        // SAFETY: the first page, mapped above and used no more.
+        unsafe { libc::munmap(page as *mut c_void, 4096) };
     }
 }

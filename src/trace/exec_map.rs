@@ -249,11 +249,20 @@ impl ExecMap {
         }
     }
 
-    /// A code read in a range the table lists faulted: counts it and asks
-    /// the worker to refresh the table. Async-signal-safe.
-    pub fn note_unreadable(&self) {
-        self.code_unreadable.fetch_add(1, Ordering::Relaxed);
-        self.request_refresh();
+    /// Copies the code at `addr` (in a range the table lists; `out` no
+    /// longer than what is left of it) through fault-safe loads; returns
+    /// how many bytes were read. None at all means the mapping is gone (a
+    /// dlclose, munmap or mprotect since the last refresh): that is counted
+    /// in `code_unreadable`, and the worker is asked to refresh the table.
+    /// Async-signal-safe, for the handlers of a session (the fault handler
+    /// that makes the loads safe is installed then).
+    pub fn read_code(&self, addr: u64, out: &mut [u8]) -> usize {
+        let got = crate::sys::probe::read_bytes(addr, out);
+        if got == 0 && !out.is_empty() {
+            self.code_unreadable.fetch_add(1, Ordering::Relaxed);
+            self.request_refresh();
+        }
+        got
     }
 
     /// The worker's wait: until a refresh is requested, at most `timeout`.
@@ -315,24 +324,7 @@ impl CodeSource for LiveCode<'_> {
     fn code_at(&mut self, addr: u64) -> Option<&[u8]> {
         let (_, end) = self.map.range_of(addr)?;
         let want = ((end - addr) as usize).min(CODE_WINDOW);
-        // Aligned 8-byte loads: mappings end on a page boundary, so none
-        // reads past `end`.
-        let mut got = 0;
-        let mut chunk = addr & !7;
-        while got < want {
-            let Some(word) = crate::sys::probe::load_u64(chunk) else {
-                if got == 0 {
-                    self.map.note_unreadable();
-                }
-                break;
-            };
-            let skip = addr.saturating_sub(chunk) as usize;
-            let n = (8 - skip).min(want - got);
-            let bytes = word.to_le_bytes();
-            self.window[got..got + n].copy_from_slice(&bytes[skip..skip + n]);
-            got += n;
-            chunk += 8;
-        }
+        let got = self.map.read_code(addr, &mut self.window[..want]);
         (got > 0).then_some(&self.window[..got])
     }
 }
