@@ -103,14 +103,9 @@ pub fn install_handler() -> Result<libc::sigaction, Errno> {
     )
 }
 
+/// [`sys::thread_cpu_ns`] as f64, for the per-operation divisions here.
 fn thread_cpu_ns() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; the clock always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
+    sys::thread_cpu_ns() as f64
 }
 
 /// Measures `moves` moves and `stops` stops on the calling thread, with the
