@@ -167,7 +167,7 @@ fn recording_findings(
                          for {} bytes of code ({} branches recorded in it, {} traces in all)",
                         facts.code_size, module.branches, summary.counters.traces_completed
                     ),
-                    more_samples_fix(&summary.config, factor, dir, &shown.to_string()),
+                    more_samples_fix(&summary.config, factor, dir, &shown),
                 )
             })
             .into_iter()
@@ -198,12 +198,13 @@ fn more_samples_fix(
     config: &breakdance_protocol::SessionConfig,
     factor: f64,
     dir: &Path,
-    shown: &str,
+    shown: &dyn std::fmt::Display,
 ) -> String {
     let period = config.period.unwrap_or(config.event.default_period());
     let wanted = (period as f64 / factor.max(1.0)).ceil() as u64;
+    let shortest = shortest_clock_period_ns(config.lbr);
     let suggested = if config.event.is_clock() {
-        wanted.max(period.min(shortest_clock_period_ns(config.lbr)))
+        wanted.max(period.min(shortest))
     } else {
         wanted
     };
@@ -217,7 +218,7 @@ fn more_samples_fix(
             fix,
             ", on about {longer:.0}x more work (periods under {} ms let traces of {} branches \
              run into the next sample)",
-            shortest_clock_period_ns(config.lbr) as f64 / 1e6,
+            shortest as f64 / 1e6,
             config.lbr
         );
     }
@@ -282,7 +283,7 @@ mod tests {
         let dir = Path::new("/out");
         // Within reach by a shorter period alone.
         assert_eq!(
-            more_samples_fix(&config(Event::TaskClock, 10_000_000, 32), 5.0, dir, "./p"),
+            more_samples_fix(&config(Event::TaskClock, 10_000_000, 32), 5.0, dir, &"./p"),
             "sample more often or run longer: profiler-ctl record -c 2000000 -o /out -- ./p ARGS..."
         );
         // 285x at 10 ms with 128-branch traces: 3 ms, and the rest from
@@ -291,7 +292,7 @@ mod tests {
             &config(Event::TaskClock, 10_000_000, 128),
             284.6,
             dir,
-            "./p",
+            &"./p",
         );
         assert!(
             fix.starts_with("sample more often or run longer: profiler-ctl record -c 3000000 ")
@@ -300,14 +301,14 @@ mod tests {
             "{fix}"
         );
         // Already sampling faster than that: keep the period, run longer.
-        let fix = more_samples_fix(&config(Event::TaskClock, 500_000, 32), 4.0, dir, "./p");
+        let fix = more_samples_fix(&config(Event::TaskClock, 500_000, 32), 4.0, dir, &"./p");
         assert!(
             fix.contains("-c 500000 ") && fix.contains("on about 4x more work"),
             "{fix}"
         );
         // Hardware events count events, not time: the period is divided.
         assert!(
-            more_samples_fix(&config(Event::Branches, 1_000_003, 32), 10.0, dir, "./p")
+            more_samples_fix(&config(Event::Branches, 1_000_003, 32), 10.0, dir, &"./p")
                 .contains("-c 100001 ")
         );
     }
