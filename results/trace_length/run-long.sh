@@ -4,14 +4,9 @@
 # seconds (user + system) of each run, then per N the traces, the entries
 # recorded and the breakpoint stops of the last round's recordings.
 set -euo pipefail
-ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-B=$ROOT/target/workloads/build/sqlite/baseline/speedtest1
-ARGS="--memdb --testset main --size 70 --primarykey"
-CTL=$ROOT/target/release/profiler-ctl
+source "$(dirname "$0")/common.sh"
 OUT=${OUT:-/tmp/lbr-long}
 mkdir -p "$OUT"
-cpu() { /usr/bin/time -f "%U %S" "$@" 2>&1 >/dev/null | tail -1 | awk '{print $1+$2}'; }
-field() { grep -o "\"$2\":[0-9]*" "$OUT/o$1/summary.json" | head -1 | cut -d: -f2; }
 echo "round native N=32 N=64 N=128 N=256"
 for r in 1 2 3 4 5; do
   line="$r $(cpu "$B" $ARGS)"
@@ -22,5 +17,6 @@ for r in 1 2 3 4 5; do
 done
 echo "N traces entries breakpoints emulated_steps speculation_mismatch_memory"
 for n in 32 64 128 256; do
-  echo "$n $(field $n traces_started) $(field $n entries_recorded) $(field $n breakpoints) $(field $n emulated_steps) $(field $n speculation_mismatch_memory)"
+  d=$OUT/o$n
+  echo "$n $(field $d traces_started) $(field $d entries_recorded) $(field $d breakpoints) $(field $d emulated_steps) $(field $d speculation_mismatch_memory)"
 done
