@@ -6,7 +6,7 @@
 //! instrumented PGO as the upper anchor. Profiles come from the training
 //! input; times from the evaluation input, interleaved rounds.
 
-use crate::autofdo::{self, create_llvm_prof, exact_afdo};
+use crate::autofdo::{self, create_llvm_prof};
 use crate::profiler::Tracer;
 use crate::quality;
 use crate::report::{fmt, geomean, median, spread, Report, Table};
@@ -143,10 +143,7 @@ pub fn run(opts: &Options) -> Result<usize> {
                 VARIANTS[6],
                 Box::new(|| {
                     let r = quality::reference(&ws, &w, Input::Train)?;
-                    let txt = dir.join("exact.afdo.txt");
-                    std::fs::write(&txt, exact_afdo(&r).to_text())?;
-                    let prof = dir.join("exact.prof");
-                    create_llvm_prof(&txt, &w.binary, &prof, true)?;
+                    let prof = quality::exact_profile(&r, &w.binary, &dir)?;
                     sample_use_build(&ws, &w, "afdo-exact", &prof)
                 }),
             ),

@@ -212,6 +212,36 @@ pub fn score(r: &Reference, rec: &Recorded) -> Scores {
     }
 }
 
+/// The AutoFDO profile of the exact counts, as `dir/exact.prof` (its text
+/// beside it), built by create_llvm_prof for `binary`.
+pub fn exact_profile(r: &Reference, binary: &Path, dir: &Path) -> Result<PathBuf> {
+    let txt = dir.join("exact.afdo.txt");
+    std::fs::write(&txt, exact_afdo(r).to_text())?;
+    let prof = dir.join("exact.prof");
+    create_llvm_prof(&txt, binary, &prof, true)?;
+    Ok(prof)
+}
+
+/// The function-level similarity to `exact_prof` of the tracer's AutoFDO
+/// texts `afdo_files` merged (as `STEM.afdo.txt`, then `STEM.prof` by
+/// create_llvm_prof for `binary`); 0 when they hold no range.
+pub fn similarity_to_exact(
+    afdo_files: &[PathBuf],
+    binary: &Path,
+    exact_prof: &Path,
+    stem: &Path,
+) -> Result<f64> {
+    let merged = merge_afdo(afdo_files)?;
+    if merged.ranges.is_empty() {
+        return Ok(0.0);
+    }
+    let txt = stem.with_extension("afdo.txt");
+    std::fs::write(&txt, merged.to_text())?;
+    let prof = stem.with_extension("prof");
+    create_llvm_prof(&txt, binary, &prof, true)?;
+    profile_similarity(exact_prof, &prof)
+}
+
 /// `symbol+0xoff (0xaddr)` for a link-time address.
 fn describe(module: &ElfModule, a: u64) -> String {
     match module.symbol_at(a) {
@@ -276,21 +306,18 @@ pub fn run(opts: &Options) -> Result<usize> {
         };
         let wdir = work.join(name);
         std::fs::create_dir_all(&wdir)?;
-        let exact_prof = wdir.join("exact.prof");
         // Debian's binaries carry no debug info: AutoFDO profiles (and so
         // their similarity) exist only for the source-built workloads.
-        let exact = if kind.source_built() {
-            let r = (|| -> Result<()> {
-                let txt = wdir.join("exact.afdo.txt");
-                std::fs::write(&txt, exact_afdo(&r).to_text())?;
-                create_llvm_prof(&txt, &w.hot_module, &exact_prof, true)
-            })();
-            if let Err(e) = &r {
-                rep.fail(name, "exact AutoFDO profile", e);
+        let exact_prof = if kind.source_built() {
+            match exact_profile(&r, &w.hot_module, &wdir) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    rep.fail(name, "exact AutoFDO profile", &e);
+                    None
+                }
             }
-            r.is_ok()
         } else {
-            false
+            None
         };
         let tracer = match &tracer {
             Ok(t) => t,
@@ -316,17 +343,14 @@ pub fn run(opts: &Options) -> Result<usize> {
                 }
                 let rec = recorded(&scripts, &r.module)?;
                 let scores = score(&r, &rec);
-                let merged = merge_afdo(&afdo_files)?;
-                let function_similarity = if exact && merged.ranges.is_empty() {
-                    0.0
-                } else if exact {
-                    let txt = wdir.join(format!("p{period}.afdo.txt"));
-                    std::fs::write(&txt, merged.to_text())?;
-                    let prof = wdir.join(format!("p{period}.prof"));
-                    create_llvm_prof(&txt, &w.hot_module, &prof, true)?;
-                    profile_similarity(&exact_prof, &prof)?
-                } else {
-                    f64::NAN
+                let function_similarity = match &exact_prof {
+                    Some(exact) => similarity_to_exact(
+                        &afdo_files,
+                        &w.hot_module,
+                        exact,
+                        &wdir.join(format!("p{period}")),
+                    )?,
+                    None => f64::NAN,
                 };
                 Ok(Row {
                     workload: name.to_string(),

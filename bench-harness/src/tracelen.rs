@@ -15,9 +15,9 @@
 //! overhead can then be compared across N: a plot per workload puts
 //! instruction overlap against CPU overhead, one line per N.
 
-use crate::autofdo::{create_llvm_prof, exact_afdo, merge_afdo, profile_similarity, tracer_afdo};
+use crate::autofdo::tracer_afdo;
 use crate::profiler::Tracer;
-use crate::quality::{recorded, reference, score};
+use crate::quality::{exact_profile, recorded, reference, score, similarity_to_exact};
 use crate::report::{fmt, median, Report, Table};
 use crate::runner;
 use crate::workloads::{self, Input};
@@ -84,12 +84,11 @@ pub fn run(opts: &Options) -> Result<usize> {
             let r = reference(&ws, &w, Input::Train)?;
             let wdir = work.join(name);
             std::fs::create_dir_all(&wdir)?;
-            let exact_prof = wdir.join("exact.prof");
-            if kind.source_built() {
-                let txt = wdir.join("exact.afdo.txt");
-                std::fs::write(&txt, exact_afdo(&r).to_text())?;
-                create_llvm_prof(&txt, &w.hot_module, &exact_prof, true)?;
-            }
+            let exact_prof = if kind.source_built() {
+                Some(exact_profile(&r, &w.hot_module, &wdir)?)
+            } else {
+                None
+            };
             let cmd = w.command(Input::Train);
             let mut configs: Vec<Config> = lengths
                 .iter()
@@ -129,19 +128,14 @@ pub fn run(opts: &Options) -> Result<usize> {
             for c in &configs {
                 let rec = recorded(&c.scripts, &r.module)?;
                 let scores = score(&r, &rec);
-                let function_similarity = if kind.source_built() {
-                    let merged = merge_afdo(&c.afdo_files)?;
-                    if merged.ranges.is_empty() {
-                        0.0
-                    } else {
-                        let txt = wdir.join(format!("n{}-p{}.afdo.txt", c.lbr, c.period));
-                        std::fs::write(&txt, merged.to_text())?;
-                        let prof = wdir.join(format!("n{}-p{}.prof", c.lbr, c.period));
-                        create_llvm_prof(&txt, &w.hot_module, &prof, true)?;
-                        profile_similarity(&exact_prof, &prof)?
-                    }
-                } else {
-                    f64::NAN
+                let function_similarity = match &exact_prof {
+                    Some(exact) => similarity_to_exact(
+                        &c.afdo_files,
+                        &w.hot_module,
+                        exact,
+                        &wdir.join(format!("n{}-p{}", c.lbr, c.period)),
+                    )?,
+                    None => f64::NAN,
                 };
                 let profiled = median(&c.cpu_s);
                 let per_run = |n: u64| n as f64 / rounds as f64;
