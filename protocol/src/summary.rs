@@ -65,7 +65,7 @@ impl Default for SessionConfig {
             event: Event::TaskClock,
             period: None,
             freq: None,
-            lbr: crate::DEFAULT_LBR,
+            lbr: Lookahead::default().default_lbr(),
             lookahead: Lookahead::default(),
         }
     }
