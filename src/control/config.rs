@@ -14,7 +14,6 @@ pub use breakdance_protocol::{
 
 /// The longest trace the buffers are sized for.
 pub const MAX_LBR: usize = breakdance_protocol::MAX_LBR as usize;
-pub const DEFAULT_LBR: usize = breakdance_protocol::DEFAULT_LBR as usize;
 
 /// A bad option, named.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -140,7 +139,10 @@ mod tests {
             lookahead: Some(Lookahead::Paper),
             ..o.clone()
         };
-        assert_eq!(resolve(&paper, false).unwrap().lbr, DEFAULT_LBR);
+        assert_eq!(
+            resolve(&paper, false).unwrap().lbr,
+            breakdance_protocol::DEFAULT_LBR as usize
+        );
         let r = resolve(&o, true).unwrap();
         assert_eq!(r.event, EventKind::Branches);
         let _ = std::fs::remove_dir_all(dir);
