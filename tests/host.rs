@@ -100,6 +100,20 @@ fn record_bounded_with(
     program: &Path,
     args: &[&str],
 ) -> Run {
+    let command = record_command(tracer, out, period_ns, options, program, args);
+    let name = out.file_name().and_then(OsStr::to_str).unwrap_or("record");
+    run_bounded(name, command, scratch)
+}
+
+/// `profiler-ctl record -q [-c PERIOD] OPTIONS -o OUT -- PROGRAM ARGS`.
+fn record_command(
+    tracer: &Tracer,
+    out: &Path,
+    period_ns: Option<u64>,
+    options: &[&str],
+    program: &Path,
+    args: &[&str],
+) -> Command {
     let mut command = Command::new(&tracer.ctl);
     command.args(["record", "-q"]);
     if let Some(p) = period_ns {
@@ -107,8 +121,7 @@ fn record_bounded_with(
     }
     command.args(options);
     command.arg("-o").arg(out).arg("--").arg(program).args(args);
-    let name = out.file_name().and_then(OsStr::to_str).unwrap_or("record");
-    run_bounded(name, command, scratch)
+    command
 }
 
 fn native(scratch: &Scratch, program: &Path, args: &[&str]) -> Run {
@@ -582,13 +595,8 @@ fn a_panic_in_the_handler_aborts_with_its_message() {
     let scratch = Scratch::new("panic");
     let program = build(&clang, &scratch.0, "branchy", &["branchy.c"], &[]);
     let out = scratch.path("out");
-    let mut command = Command::new(&tracer.ctl);
-    command
-        .args(["record", "-q", "-c", "200000", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&program)
-        .env("BREAKDANCE_FAILPOINT", "sample-panic");
+    let mut command = record_command(&tracer, &out, Some(200_000), &[], &program, &[]);
+    command.env("BREAKDANCE_FAILPOINT", "sample-panic");
     let run = run_bounded("panic", command, &scratch);
     let stderr = text(&run.output.stderr);
     assert!(
