@@ -54,7 +54,7 @@ pub enum MemoryCheck {
     },
 }
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, bytemuck::Zeroable)]
 struct Logged {
     addr: u64,
     value: u64,
@@ -62,7 +62,7 @@ struct Logged {
     used: u8,
 }
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, bytemuck::Zeroable)]
 struct Stored {
     addr: u64,
     value: u64,
@@ -72,24 +72,19 @@ struct Stored {
 
 /// Open-addressing index from qword address to a position in a log, with
 /// generation tags so that resetting it is O(1).
+#[derive(bytemuck::Zeroable)]
 struct Index<const SLOTS: usize> {
     slots: [(u32, u32); SLOTS],
     generation: u32,
 }
 
 impl<const SLOTS: usize> Index<SLOTS> {
-    fn new() -> Self {
-        Index {
-            slots: [(0, 0); SLOTS],
-            generation: 1,
-        }
-    }
-
     fn reset(&mut self) {
         self.generation = self.generation.wrapping_add(1);
         if self.generation == 0 {
-            // Once every 2^32 segments: old tags could alias.
-            self.slots = [(0, 0); SLOTS];
+            // Once every 2^32 segments: old tags could alias. Cleared in
+            // place: a handler runs this, on the application's stack.
+            self.slots.fill((0, 0));
             self.generation = 1;
         }
     }
@@ -118,7 +113,9 @@ impl<const SLOTS: usize> Index<SLOTS> {
     }
 }
 
-/// One segment's memory: see the module doc.
+/// One segment's memory: see the module doc. All zeroes is an empty log
+/// (with index generation 0, which [`LiveMemory::new`] moves to 1).
+#[derive(bytemuck::Zeroable)]
 pub struct LiveMemory {
     loads: [Logged; LOAD_LOG_ENTRIES],
     n_loads: usize,
@@ -152,16 +149,14 @@ fn bits(mask: u8) -> u64 {
 }
 
 impl LiveMemory {
-    /// An empty log on the heap (it is about 30 KiB).
+    /// An empty log, zeroed on the heap directly: at about 30 KiB it
+    /// would not fit on a small thread stack, where registration runs.
     pub fn new() -> Box<LiveMemory> {
-        Box::new(LiveMemory {
-            loads: [Logged::default(); LOAD_LOG_ENTRIES],
-            n_loads: 0,
-            load_index: Index::new(),
-            stores: [Stored::default(); OVERLAY_ENTRIES],
-            n_stores: 0,
-            store_index: Index::new(),
-        })
+        let mut log = bytemuck::zeroed_box::<LiveMemory>();
+        // Slots are tagged with generation 0: none is current.
+        log.load_index.generation = 1;
+        log.store_index.generation = 1;
+        log
     }
 
     /// Starts a new segment.

@@ -16,6 +16,7 @@
 pub const VISIT_LOG: usize = super::MAX_SEGMENT_INSTRUCTIONS as usize;
 const FILTER_BITS: usize = 4096;
 
+#[derive(bytemuck::Zeroable)]
 pub struct Visits {
     log: [u64; VISIT_LOG],
     len: usize,
@@ -28,18 +29,16 @@ fn bit(addr: u64) -> (usize, u64) {
 }
 
 impl Visits {
-    /// An empty log on the heap (16 KiB).
+    /// An empty log, zeroed on the heap directly (16 KiB: too much for a
+    /// small thread stack, where registration runs).
     pub fn new() -> Box<Visits> {
-        Box::new(Visits {
-            log: [0; VISIT_LOG],
-            len: 0,
-            filter: [0; FILTER_BITS / 64],
-        })
+        bytemuck::zeroed_box::<Visits>()
     }
 
+    /// Runs in the handler: cleared in place.
     pub fn reset(&mut self) {
         self.len = 0;
-        self.filter = [0; FILTER_BITS / 64];
+        self.filter.fill(0);
     }
 
     /// Records a visit to `addr`; returns true when the path has surely
