@@ -761,12 +761,19 @@ impl Emulator {
             // A rep string instruction the step leaves half-done goes back
             // to its start: the thread runs it whole, and only its start is
             // a point the decoding walk can go on from.
-            let before_rep = rep_string.then_some(self.cpu.regs);
+            // What a string instruction changes of the registers; only
+            // that is kept (on the application's stack: the whole register
+            // file is 2.4 KiB).
+            let before_rep = rep_string.then(|| {
+                let regs = &self.cpu.regs;
+                (regs.gpr, regs.rip, regs.rflags, regs.undefined)
+            });
             let stepped = x86_sem::step_into(&mut self.cpu, table, &mut self.cache, &mut r);
             self.cpu.mem.policy = ReadPolicy::Live;
             if stepped.is_err() || r.next_rip == r.ip {
-                if let Some(regs) = before_rep {
-                    self.cpu.regs = regs;
+                if let Some((gpr, rip, rflags, undefined)) = before_rep {
+                    let regs = &mut self.cpu.regs;
+                    (regs.gpr, regs.rip, regs.rflags, regs.undefined) = (gpr, rip, rflags, undefined);
                 }
                 break;
             }

@@ -311,9 +311,12 @@ fn resolve_ahead(
             TraceEnd::Aborted(AbortReason::OutsideMappings),
         ),
         DataflowEnd::Stopped => {
-            let state = t.emu.as_mut().map(|e| *e.state_mut());
+            let state = t.emu.as_mut().map(|e| {
+                let s = e.state_mut();
+                (s.rip, s.gpr[4])
+            });
             match state {
-                Some(s) => follow(tracer, slot, t, s.rip, StackPointer::Exact(s.gpr[4]), true),
+                Some((rip, rsp)) => follow(tracer, slot, t, rip, StackPointer::Exact(rsp), true),
                 None => follow(tracer, slot, t, pc, StackPointer::Exact(sp), false),
             }
         }
