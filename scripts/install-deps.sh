@@ -43,9 +43,11 @@ TOOLS=(
     sleep:coreutils
     awk:mawk
     setpriv:util-linux
+    node:nodejs
+    java:default-jre-headless
 )
 # Packages this script installs when missing.
-PACKAGES=(clang-19 llvm-19 lld-19 bolt-19 autofdo valgrind musl-tools dpkg-dev xz-utils tcl util-linux python3 make gcc binutils)
+PACKAGES=(clang-19 llvm-19 lld-19 bolt-19 autofdo valgrind musl-tools dpkg-dev xz-utils tcl util-linux python3 make gcc binutils nodejs default-jre-headless)
 # Packages every Debian system has (Essential or Priority: required).
 BASE=(apt bash dash tar mawk coreutils)
 # Programs that are not Debian packages: the Rust toolchain, and the
