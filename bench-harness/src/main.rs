@@ -6,6 +6,7 @@ mod autofdo;
 mod bpcost;
 mod brr_tracer;
 mod fdo;
+mod levels;
 mod overhead;
 mod profiler;
 mod quality;
@@ -33,6 +34,8 @@ experiments:
              workload: mismatches per workload
   tracelen   traces longer than 32 branches: cost per branch and profile
              quality against CPU overhead, per trace length
+  levels     emulate mode with glibc's string functions at each x86-64 ISA
+             level (GLIBC_TUNABLES): segments, stops, step-overs, overhead
   all        every experiment above, in order
 
 options:
@@ -99,6 +102,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "fdo" => fdo::run(opts),
         "verify" => verify::run(opts),
         "tracelen" => tracelen::run(opts),
+        "levels" => levels::run(opts),
         "brr" => {
             let dir = opts.results.join("brr");
             std::fs::create_dir_all(&dir)
@@ -119,6 +123,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
                 "brr",
                 "verify",
                 "tracelen",
+                "levels",
             ] {
                 match run(e, opts) {
                     Ok(n) => failed += n,

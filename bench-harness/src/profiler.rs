@@ -62,6 +62,33 @@ impl Tracer {
         cmd.clone().env("LD_PRELOAD", self.library.as_os_str())
     }
 
+    /// Runs `cmd` with the library preloaded and a session autostarted in
+    /// it (task-clock every `period_ns`, into a fresh `out`, with more
+    /// `BREAKDANCE_*` settings in `env`), and reads its summary. The times
+    /// are the application's own: no `profiler-ctl` runs around it, and
+    /// nothing (llvm-profgen) runs after it.
+    pub fn autostarted_run(
+        &self,
+        cmd: &Cmd,
+        period_ns: u64,
+        out: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<(Timing, Summary)> {
+        let _ = std::fs::remove_dir_all(out);
+        let mut run = self
+            .loaded_idle(cmd)
+            .env("BREAKDANCE_AUTOSTART", "1")
+            .env("BREAKDANCE_EVENT", "task-clock")
+            .env("BREAKDANCE_PERIOD", period_ns.to_string())
+            .env("BREAKDANCE_OUTPUT", out.as_os_str());
+        for (k, v) in env {
+            run = run.env(k, *v);
+        }
+        let t = runner::run_timed(&run)?;
+        let s = Summary::read(out)?;
+        Ok((t, s))
+    }
+
     /// Runs `cmd` profiled into a fresh `out` and reads its summary.
     pub fn record_run(&self, cmd: &Cmd, period_ns: u64, out: &Path) -> Result<(Timing, Summary)> {
         self.record_run_with(cmd, period_ns, out, &[])

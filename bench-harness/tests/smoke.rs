@@ -424,3 +424,25 @@ fn tracelen_scores_each_trace_length() {
     }
     svg_ok(&dir.join("lua_overlap_vs_overhead.svg"));
 }
+
+/// `levels --quick`: the multi-threaded string workload at each glibc
+/// level, each with traces, and every per-trace figure a number (never how
+/// large: the forms a level needs are tests/glibc_levels.rs's business).
+#[test]
+fn levels_measures_each_glibc_level() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if tools_present().is_none() {
+        return;
+    }
+    let dir = run("levels");
+    let t = read_csv(&dir.join("levels.csv"));
+    assert_eq!(t.len(), 1 + 4, "strings_mt x 4 levels: {t:?}");
+    for r in &t[1..] {
+        assert!(num(&r[column(&t, "traces per run")]) > 0.0, "{r:?}");
+        assert!(num(&r[column(&t, "segments per trace")]) >= 1.0, "{r:?}");
+        for name in ["stops per trace", "step-overs per trace"] {
+            assert!(num(&r[column(&t, name)]).is_finite(), "{name} {r:?}");
+        }
+        assert!(num(&r[column(&t, "CPU overhead")]) > 0.0, "{r:?}");
+    }
+}
