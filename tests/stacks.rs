@@ -23,8 +23,7 @@ const ROUNDS: &str = "100000";
 
 /// `high_water=N min_sigstack=N` from the program's STACK_REPORT file.
 fn stack_report(path: &std::path::Path) -> (u64, u64) {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let field = |name: &str| -> u64 {
         text.split_whitespace()
             .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))

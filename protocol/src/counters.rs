@@ -88,8 +88,9 @@ macro_rules! for_each_counter {
             /// Breakpoint hits at an address a data-flow run went through,
             /// before the hit the breakpoint was set for.
             revisit_hits: Count,
-            /// Verify mode: stops where the registers were not the ones the
-            /// emulator predicted (the target agreed).
+            /// Verify mode: stops at a predicted transfer where the
+            /// registers were not the ones the emulator predicted (whatever
+            /// the target; counted before, not as, a mismatch).
             verify_register_mismatches: Count,
             /// A second SIGTRAP for a stop already taken (same pc, same
             /// registers), dropped.

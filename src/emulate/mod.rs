@@ -773,7 +773,8 @@ impl Emulator {
             if stepped.is_err() || r.next_rip == r.ip {
                 if let Some((gpr, rip, rflags, undefined)) = before_rep {
                     let regs = &mut self.cpu.regs;
-                    (regs.gpr, regs.rip, regs.rflags, regs.undefined) = (gpr, rip, rflags, undefined);
+                    (regs.gpr, regs.rip, regs.rflags, regs.undefined) =
+                        (gpr, rip, rflags, undefined);
                 }
                 break;
             }

@@ -265,11 +265,17 @@ fn check_prediction(
         let gpr = std::array::from_fn(|i| r.gpr(i as u8));
         !p.registers_match(&gpr, r.rflags())
     });
-    if p.at != at || p.next != next {
-        Counters::bump(&c.dataflow_mismatches);
-        preds.clear();
-    } else if registers_differ {
+    // At the predicted transfer, the registers come first: a state that
+    // already differs explains any target that follows from it, and a
+    // wrong flag or GPR must not pass for a wrong transfer. A transfer
+    // that differs with the registers equal read a different memory word
+    // (or was evaluated differently): that is what dataflow_mismatches
+    // then singles out.
+    if p.at == at && registers_differ {
         Counters::bump(&c.verify_register_mismatches);
+        preds.clear();
+    } else if p.at != at || p.next != next {
+        Counters::bump(&c.dataflow_mismatches);
         preds.clear();
     }
 }
