@@ -8,7 +8,8 @@
 //! native and the profiled runs of a round get the same tunables.
 //!
 //! Per workload (SQLite speedtest1, and `strings_mt`, four threads of
-//! qsort, snprintf and string searches) and level, rounds interleave one
+//! qsort, snprintf and string searches) and level, and for SQLite compiled
+//! with `-march=x86-64-v3` and `-v4` (glibc unrestricted), rounds interleave one
 //! native run with one run with the library preloaded and autostarted
 //! (emulate mode, 128-branch traces, task-clock every 3 ms): the
 //! application's own CPU, not `record`'s. Reported: segments, breakpoint
@@ -83,7 +84,10 @@ pub fn run(opts: &Options) -> Result<usize> {
         quick: opts.quick,
     };
     let work = ws.cache.join("runs").join("levels");
+    // Workloads run at every glibc level, and compiled variants run with
+    // glibc unrestricted.
     let mut commands: Vec<(String, Cmd)> = Vec::new();
+    let mut compiled: Vec<(String, Cmd)> = Vec::new();
     let rounds_arg = if opts.quick { "1000" } else { "10000" };
     match strings_mt(&work.join("bin")) {
         Ok(b) => commands.push(("strings_mt".into(), Cmd::new(b).args(["4", rounds_arg]))),
@@ -91,19 +95,42 @@ pub fn run(opts: &Options) -> Result<usize> {
     }
     if !opts.quick {
         match workloads::prepare(&ws, Kind::Sqlite) {
-            Ok(w) => commands.push(("sqlite".into(), w.command(Input::Train))),
+            Ok(w) => {
+                commands.push(("sqlite".into(), w.command(Input::Train)));
+                // The program itself compiled for a modern ISA level (RHEL
+                // 10's baseline is v3): its own code, not glibc's, then
+                // holds the VEX and EVEX forms. Only where this CPU runs it.
+                for (march, runs_here) in [
+                    ("x86-64-v3", std::arch::is_x86_feature_detected!("avx2")),
+                    ("x86-64-v4", std::arch::is_x86_feature_detected!("avx512bw")),
+                ] {
+                    let name = format!("sqlite -march={march}");
+                    if !runs_here {
+                        eprintln!("[levels] {name}: this CPU cannot run it; left out");
+                        continue;
+                    }
+                    match w.build_variant(&ws, march, &[format!("-march={march}")]) {
+                        Ok(b) => compiled.push((name, w.command_with(&b, Input::Train))),
+                        Err(e) => rep.fail(&name, "build", &e),
+                    }
+                }
+            }
             Err(e) => rep.fail("sqlite", "prepare", &e),
         }
     }
     let mut rows = Vec::new();
-    for (name, cmd) in &commands {
+    let runs = commands
+        .iter()
+        .map(|c| (c, &LEVELS[..]))
+        .chain(compiled.iter().map(|c| (c, &LEVELS[..1])));
+    for ((name, cmd), levels) in runs {
         let result = (|| -> Result<Vec<Row>> {
-            let mut native: Vec<Vec<f64>> = vec![Vec::new(); LEVELS.len()];
-            let mut profiled: Vec<Vec<f64>> = vec![Vec::new(); LEVELS.len()];
-            let mut totals: Vec<Summary> = vec![Summary::default(); LEVELS.len()];
+            let mut native: Vec<Vec<f64>> = vec![Vec::new(); levels.len()];
+            let mut profiled: Vec<Vec<f64>> = vec![Vec::new(); levels.len()];
+            let mut totals: Vec<Summary> = vec![Summary::default(); levels.len()];
             for round in 0..rounds {
                 eprintln!("[levels] {name}: round {} of {rounds}", round + 1);
-                for (i, (level, mask)) in LEVELS.iter().enumerate() {
+                for (i, (level, mask)) in levels.iter().enumerate() {
                     let cmd = if mask.is_empty() {
                         cmd.clone()
                     } else {
@@ -111,7 +138,7 @@ pub fn run(opts: &Options) -> Result<usize> {
                             .env("GLIBC_TUNABLES", format!("glibc.cpu.hwcaps={mask}"))
                     };
                     native[i].push(runner::run_timed(&cmd)?.cpu_s());
-                    let out = work.join(format!("{name}-{level}-{round}"));
+                    let out = work.join(format!("{}-{level}-{round}", name.replace(' ', "")));
                     let (t, s) = tracer.autostarted_run(
                         &cmd,
                         PERIOD_NS,
@@ -122,7 +149,7 @@ pub fn run(opts: &Options) -> Result<usize> {
                     totals[i].add(&s);
                 }
             }
-            Ok(LEVELS
+            Ok(levels
                 .iter()
                 .enumerate()
                 .map(|(i, (level, _))| {
