@@ -18,6 +18,7 @@ pub mod decode;
 pub mod emulate;
 pub mod modules;
 pub mod output;
+pub mod sync;
 pub mod sys;
 pub mod trace;
 

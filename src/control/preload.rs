@@ -151,11 +151,11 @@ extern "C" fn at_exit() {
 }
 
 extern "C" fn before_fork() {
-    session::before_fork();
+    crate::sync::before_fork();
 }
 
 extern "C" fn after_fork_in_parent() {
-    session::after_fork_in_parent();
+    crate::sync::after_fork_in_parent();
 }
 
 /// The fork hook, in the child: forget the parent's session, close the

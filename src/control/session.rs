@@ -9,8 +9,6 @@
 //! through the session epoch and the `running` flag (see
 //! `register_current_thread`). Neither lock is ever taken in a handler.
 
-use std::cell::UnsafeCell;
-use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -21,6 +19,7 @@ use crate::buffer::AbortReason;
 use crate::decode;
 use crate::modules::{self, Module};
 use crate::output::{self, SessionReport};
+use crate::sync::{self, SpinLock};
 use crate::sys;
 use crate::trace::counters::CounterValues;
 use crate::trace::exec_map::MemoryLayout;
@@ -30,94 +29,6 @@ use crate::trace::{self, chain, handler, Closer, Tracer};
 use breakdance_protocol::{SessionConfig, StatusReply};
 
 use super::config::{self, Options, Resolved, StopOptions};
-
-/// A lock a fork child can reset.
-pub struct SpinLock<T> {
-    locked: AtomicBool,
-    value: UnsafeCell<T>,
-}
-
-// SAFETY: access to `value` is serialised by `locked`.
-unsafe impl<T: Send> Sync for SpinLock<T> {}
-
-pub struct SpinGuard<'a, T>(&'a SpinLock<T>);
-
-impl<T> SpinLock<T> {
-    pub const fn new(value: T) -> Self {
-        SpinLock {
-            locked: AtomicBool::new(false),
-            value: UnsafeCell::new(value),
-        }
-    }
-
-    pub fn lock(&self) -> SpinGuard<'_, T> {
-        let mut spins = 0u32;
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
-        SpinGuard(self)
-    }
-
-    /// Forgets any holder. Only for the child of a fork, where the holder
-    /// does not exist.
-    pub fn force_unlock(&self) {
-        self.locked.store(false, Ordering::Release);
-    }
-}
-
-impl<T> Deref for SpinGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        // SAFETY: the guard holds the lock.
-        unsafe { &*self.0.value.get() }
-    }
-}
-
-impl<T> DerefMut for SpinGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: the guard holds the lock.
-        unsafe { &mut *self.0.value.get() }
-    }
-}
-
-impl<T> Drop for SpinGuard<'_, T> {
-    fn drop(&mut self) {
-        self.0.locked.store(false, Ordering::Release);
-    }
-}
-
-/// Held by the worker while it has files of its own open (reading the
-/// maps and the modules' ELF files), by a thread registering while it opens
-/// its perf events, and by a fork while it copies the process: a forked
-/// child never inherits one of those descriptors unaccounted for.
-static FORK_GUARD: SpinLock<()> = SpinLock::new(());
-
-/// The fork hooks' side of `FORK_GUARD`: taken before fork, released after
-/// it in the parent; the child resets it (`reset_after_fork`).
-pub fn before_fork() {
-    std::mem::forget(FORK_GUARD.lock());
-}
-
-pub fn after_fork_in_parent() {
-    FORK_GUARD.force_unlock();
-}
-
-/// Runs `f` with no fork copying the process meanwhile: for code that
-/// opens descriptors and files them where a forked child's clean-up finds
-/// them. Not for signal handlers (the forking thread may hold the guard).
-pub fn without_fork<R>(f: impl FnOnce() -> R) -> R {
-    let _no_fork = FORK_GUARD.lock();
-    f()
-}
 
 /// Threads of the library itself, never traced.
 const MAX_OWN_THREADS: usize = 8;
@@ -309,22 +220,25 @@ fn worker(
         let loads = sys::loaded_object_changes();
         let look = sys::now_ns() - last_look > LOOK_EVERY_NS;
         if loads != last_loads || look || requested {
-            let _no_fork = FORK_GUARD.lock();
-            if let Ok(text) = std::fs::read_to_string("/proc/self/maps") {
-                if text != last_maps {
-                    let mods = traced_modules(&modules::parse_maps(&text));
-                    tracer.exec.update(&layout(&mods));
-                    for m in mods {
-                        if !seen
-                            .iter()
-                            .any(|s| s.path == m.path && s.load_address == m.load_address)
-                        {
-                            seen.push(m);
-                        }
-                    }
-                    last_maps = text;
+            sync::without_fork(|| {
+                let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
+                    return;
+                };
+                if text == last_maps {
+                    return;
                 }
-            }
+                let mods = traced_modules(&modules::parse_maps(&text));
+                tracer.exec.update(&layout(&mods));
+                for m in mods {
+                    if !seen
+                        .iter()
+                        .any(|s| s.path == m.path && s.load_address == m.load_address)
+                    {
+                        seen.push(m);
+                    }
+                }
+                last_maps = text;
+            });
             last_loads = loads;
         }
         if look {
@@ -675,7 +589,7 @@ fn uninstall_handlers() {
 pub fn reset_after_fork() {
     CONTROL.force_unlock();
     REGISTRY.force_unlock();
-    FORK_GUARD.force_unlock();
+    sync::reset_fork_guard();
     chain::reset_after_fork();
     *REGISTRY.lock() = None;
     if let Some(state) = CONTROL.lock().take() {

@@ -48,6 +48,7 @@ use iced_x86::Instruction;
 
 use crate::buffer::{BufferPool, TraceBuffer};
 use crate::decode::{BlockCache, BranchForm};
+use crate::sync::SpinLock;
 use crate::sys::PerfEventAttr;
 use counters::Counters;
 use exec_map::ExecMap;
@@ -367,10 +368,10 @@ pub struct Tracer {
     pub host: HostCounters,
     /// Serialises claims of slots (a probe and a store: held for
     /// microseconds, never in a handler).
-    claim_lock: AtomicBool,
+    claim_lock: SpinLock<()>,
     /// Held to close a slot's descriptors and to re-arm a stuck slot's
     /// sampling through its raw descriptor (never in a handler).
-    fd_lock: AtomicBool,
+    fd_lock: SpinLock<()>,
 }
 
 /// Events of the host program the library met and survived, for
@@ -403,20 +404,6 @@ impl HostCounters {
     }
 }
 
-/// Runs `f` holding a spin lock that is never taken in a handler and held
-/// for microseconds (a fork child resets it with [`Tracer::reset_locks`]).
-fn with_spin<R>(lock: &AtomicBool, f: impl FnOnce() -> R) -> R {
-    while lock
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        std::thread::yield_now();
-    }
-    let r = f();
-    lock.store(false, Ordering::Release);
-    r
-}
-
 static TRACER: OnceLock<Tracer> = OnceLock::new();
 
 /// The tracer, if one was ever created. Async-signal-safe (an atomic load).
@@ -437,8 +424,8 @@ pub fn tracer_or_init() -> &'static Tracer {
         threads_registered: Default::default(),
         epoch: AtomicU64::new(0),
         host: HostCounters::default(),
-        claim_lock: AtomicBool::new(false),
-        fd_lock: AtomicBool::new(false),
+        claim_lock: SpinLock::new(()),
+        fd_lock: SpinLock::new(()),
     })
 }
 
@@ -475,7 +462,7 @@ impl Tracer {
     /// Claims a slot for `tid`, leaving it in `SETUP`; None if `tid`
     /// already has one (`Err(true)`) or the table is full (`Err(false)`).
     fn claim(&self, tid: i32) -> Result<&ThreadSlot, bool> {
-        with_spin(&self.claim_lock, || {
+        self.claim_lock.with(|_| {
             if self.slot_of(tid).is_some() {
                 return Err(true);
             }
@@ -502,8 +489,8 @@ impl Tracer {
     /// Gives the locks a fork child inherited held by threads it does not
     /// have back.
     pub fn reset_locks(&self) {
-        self.claim_lock.store(false, Ordering::Release);
-        self.fd_lock.store(false, Ordering::Release);
+        self.claim_lock.force_unlock();
+        self.fd_lock.force_unlock();
     }
 
     /// Slots in use (held tids), for the control thread.

@@ -12,8 +12,8 @@ use crate::decode::BlockCache;
 use crate::sys::{self, Errno};
 
 use super::{
-    handler, with_spin, Closer, Closing, ThreadSlot, Tracer, BREAKPOINT_TAG, BUSY, CLOSED, FREE,
-    READY, SAMPLE_TAG, TID_TOMBSTONE,
+    handler, Closer, Closing, ThreadSlot, Tracer, BREAKPOINT_TAG, BUSY, CLOSED, FREE, READY,
+    SAMPLE_TAG, TID_TOMBSTONE,
 };
 
 /// The sampling event of a session, as perf_event_open takes it.
@@ -138,7 +138,7 @@ pub fn register<'t>(
     // Opened and stored in the slot with no fork in between: a forked
     // child closes the descriptors its copy of the table names, and one
     // held only in a local here would stay open in it.
-    let opened = crate::control::session::without_fork(|| {
+    let opened = crate::sync::without_fork(|| {
         t.bp_fd =
             Some(sys::perf_event_open(&mut t.bp_attr, tid).map_err(RegisterError::Breakpoint)?);
         t.sample_fd =
@@ -197,7 +197,7 @@ pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Cl
     let t = unsafe { slot.inner() };
     handler::close_open_trace(t, &slot.counters, TraceEnd::Aborted(reason));
     // Closing the fds disables both events.
-    with_spin(&tracer.fd_lock, || {
+    tracer.fd_lock.with(|_| {
         slot.sample_fd.store(-1, Ordering::Relaxed);
         t.sample_fd = None;
         t.bp_fd = None;
@@ -277,7 +277,7 @@ pub fn sweep(tracer: &Tracer) {
         if slot.poked.swap(true, Ordering::Relaxed) {
             continue;
         }
-        with_spin(&tracer.fd_lock, || {
+        tracer.fd_lock.with(|_| {
             let raw = slot.sample_fd.load(Ordering::Relaxed);
             if slot.state.load(Ordering::Acquire) == BUSY && slot.tid() == tid && raw >= 0 {
                 let _ = sys::perf_refresh(raw, 1);
