@@ -1,8 +1,8 @@
 //! Loaded modules: the executable file mappings of /proc/self/maps and what
-//! their ELF files say (load bias, build id, first PT_LOAD address, rseq
-//! critical sections). Used at session start (the handler's table of
-//! executable ranges, rseq ranges) and by the writer (module-relative
-//! addresses, MMAP2 lines). Not for handlers: it reads files and allocates.
+//! their ELF files say (PT_LOADs and load bias, build id, rseq critical
+//! sections). Used at session start (the handler's table of executable
+//! ranges, rseq ranges) and by the writer (ELF virtual addresses and
+//! profile offsets by `protocol::elf_layout`, MMAP2 lines). Not for handlers: it reads files and allocates.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
