@@ -363,7 +363,9 @@ fn every_linker_layout_gives_profiles_all_consumers_agree_on() {
         "llvm-profgen-19",
         "llvm-profdata-19",
         "llvm-bolt-19",
+        // What clang-19's -fuse-ld=gold and -fuse-ld=lld run.
         "ld.gold",
+        "ld.lld-19",
     ];
     let found: Vec<Option<PathBuf>> = tools.iter().map(|t| tool(t)).collect();
     if found.iter().any(Option::is_none) {
