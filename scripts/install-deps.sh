@@ -34,6 +34,8 @@ TOOLS=(
     cc:gcc
     as:binutils
     ld:binutils
+    ld.gold:binutils
+    ld.lld-19:lld-19
     nm:binutils
     objcopy:binutils
     tar:tar

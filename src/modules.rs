@@ -1,12 +1,13 @@
 //! Loaded modules: the executable file mappings of /proc/self/maps and what
-//! their ELF files say (load bias, build id, first PT_LOAD address, rseq
-//! critical sections). Used at session start (the handler's table of
-//! executable ranges, rseq ranges) and by the writer (module-relative
-//! addresses, MMAP2 lines). Not for handlers: it reads files and allocates.
+//! their ELF files say (PT_LOADs and load bias, build id, rseq critical
+//! sections). Used at session start (the handler's table of executable
+//! ranges, rseq ranges) and by the writer (ELF virtual addresses and
+//! profile offsets by `protocol::elf_layout`, MMAP2 lines). Not for handlers: it reads files and allocates.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use breakdance_protocol::elf_layout::{ElfLayout, FileMapping, LoadSegment};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 use object::{Endianness, Object, ObjectSection};
@@ -74,10 +75,10 @@ pub struct Module {
     pub exec: Vec<Mapping>,
     /// All mappings of the file (for the load address).
     pub load_address: u64,
-    /// Runtime address minus link-time address.
+    /// Runtime address minus ELF virtual address, from `layout`.
     pub bias: u64,
-    /// p_vaddr of the first PT_LOAD: AutoFDO offsets are taken from it.
-    pub first_load_vaddr: u64,
+    /// The file's PT_LOADs: the rule for its addresses.
+    pub layout: ElfLayout,
     pub build_id: Option<String>,
     /// rseq critical sections, runtime [start, end).
     pub rseq: Vec<(u64, u64)>,
@@ -87,10 +88,14 @@ pub struct Module {
 }
 
 impl Module {
-    /// The offset create_llvm_prof and BOLT expect for a runtime address.
-    pub fn offset_of(&self, addr: u64) -> u64 {
+    /// The ELF virtual address of runtime address `addr`: what BOLT reads.
+    pub fn vaddr_of(&self, addr: u64) -> u64 {
         addr.wrapping_sub(self.bias)
-            .wrapping_sub(self.first_load_vaddr)
+    }
+
+    /// The offset create_llvm_prof reads for runtime address `addr`.
+    pub fn profile_offset(&self, addr: u64) -> u64 {
+        self.layout.profile_offset(self.vaddr_of(addr))
     }
 
     pub fn contains(&self, addr: u64) -> bool {
@@ -106,8 +111,7 @@ impl Module {
 }
 
 struct ElfFacts {
-    /// (p_vaddr, p_offset) of each PT_LOAD.
-    loads: Vec<(u64, u64)>,
+    layout: ElfLayout,
     build_id: Option<String>,
     /// (link-time address, size) of the __rseq_cs section.
     rseq_section: Option<(u64, u64)>,
@@ -127,7 +131,13 @@ fn elf_facts(path: &Path) -> Option<ElfFacts> {
     let mut loads = Vec::new();
     for ph in file.elf_header().program_headers(endian, &*data).ok()? {
         if ph.p_type(endian) == elf::PT_LOAD {
-            loads.push((ph.p_vaddr(endian), ph.p_offset(endian)));
+            loads.push(LoadSegment {
+                vaddr: ph.p_vaddr(endian),
+                offset: ph.p_offset(endian),
+                filesz: ph.p_filesz(endian),
+                memsz: ph.p_memsz(endian),
+                executable: ph.p_flags(endian) & elf::PF_X != 0,
+            });
         }
     }
     let build_id = file
@@ -139,13 +149,11 @@ fn elf_facts(path: &Path) -> Option<ElfFacts> {
         .section_by_name("__rseq_cs")
         .map(|s| (s.address(), s.size()));
     Some(ElfFacts {
-        loads,
+        layout: ElfLayout::new(loads),
         build_id,
         rseq_section,
     })
 }
-
-const PAGE: u64 = 4096;
 
 /// Groups the executable file mappings by file and reads each ELF once.
 /// Files that are not ELF (or unreadable) are kept with a zero bias so that
@@ -167,21 +175,17 @@ pub fn modules_from_maps(maps: &[Mapping]) -> Vec<Module> {
         }
         let load_address = maps.iter().map(|m| m.start - m.offset).min().unwrap_or(0);
         let facts = elf_facts(Path::new(path));
-        let (bias, first_load_vaddr, build_id, rseq_section) = match &facts {
+        let (bias, layout, build_id, rseq_section) = match facts {
             Some(f) => {
-                // The mapping of file offset `off` at `start` belongs to the
-                // PT_LOAD whose page-aligned offset is `off`.
-                let m = &exec[0];
-                let bias = f
-                    .loads
-                    .iter()
-                    .find(|(_, off)| off & !(PAGE - 1) == m.offset)
-                    .map(|(vaddr, _)| m.start.wrapping_sub(vaddr & !(PAGE - 1)))
-                    .unwrap_or(load_address);
-                let first = f.loads.first().map_or(0, |(vaddr, _)| vaddr & !(PAGE - 1));
-                (bias, first, f.build_id.clone(), f.rseq_section)
+                let text = FileMapping {
+                    start: exec[0].start,
+                    pgoff: exec[0].offset,
+                    executable: true,
+                };
+                let bias = f.layout.load_bias(&text).unwrap_or(load_address);
+                (bias, f.layout, f.build_id, f.rseq_section)
             }
-            None => (load_address, 0, None, None),
+            None => (load_address, ElfLayout::default(), None, None),
         };
         let rseq = rseq_section
             .map(|(addr, size)| read_rseq_ranges(addr.wrapping_add(bias), size, maps.as_slice()))
@@ -198,7 +202,7 @@ pub fn modules_from_maps(maps: &[Mapping]) -> Vec<Module> {
             exec,
             load_address,
             bias,
-            first_load_vaddr,
+            layout,
             build_id,
             rseq,
             immutable,
@@ -265,7 +269,8 @@ mod tests {
         let here = own_test_binary_is_a_module_with_a_bias as *const () as usize as u64;
         assert!(m.contains(here));
         // The function's offset lands inside the file's text.
-        assert!(m.offset_of(here) < std::fs::metadata(&me).unwrap().len());
+        assert!(m.profile_offset(here) < std::fs::metadata(&me).unwrap().len());
+        assert!(m.layout.is_code(m.vaddr_of(here)));
         assert!(m.build_id.is_some());
     }
 }

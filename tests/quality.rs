@@ -40,63 +40,17 @@ const BRANCHY_ITERATIONS: &str = "6000000";
 /// Runs llvm-profgen on perf.script for `binary` and create_llvm_prof on the
 /// module's AutoFDO text; both must succeed and name `expected` hottest.
 fn check_consumers(rec: &Recording, binary: &Path, expected: &str, work: &Path) -> Option<()> {
-    let profgen = tool("llvm-profgen-19")?;
-    let create = tool("create_llvm_prof")?;
-    let profdata = tool("llvm-profdata-19")?;
+    tool("llvm-profgen-19")?;
+    tool("create_llvm_prof")?;
+    tool("llvm-profdata-19")?;
     let name = binary.file_name().unwrap().to_str().unwrap();
-
-    let profgen_out = work.join(format!("{name}.profgen.prof"));
-    let output = run_tool(
-        Command::new(&profgen)
-            .arg(format!(
-                "--perfscript={}",
-                rec.dir.join("perf.script").display()
-            ))
-            .arg(format!("--binary={}", binary.display()))
-            .arg(format!("--output={}", profgen_out.display())),
-    );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        !stderr.contains("No relevant mmap event"),
-        "llvm-profgen found no MMAP2 line for {name}: {stderr}"
-    );
-    let totals = function_totals(&profdata, &profgen_out);
+    let totals = profgen_totals(&rec.dir, binary, work);
     assert_eq!(
         hottest(&totals),
         Some(expected),
         "llvm-profgen profile of {name}: hottest function is not {expected}: {totals:?}"
     );
-
-    let afdo_text = rec.dir.join(format!("{name}.afdo.txt"));
-    assert!(
-        afdo_text.is_file(),
-        "{} was not written",
-        afdo_text.display()
-    );
-    let create_out = work.join(format!("{name}.afdo.prof"));
-    run_tool(
-        Command::new(&create)
-            .arg("--profiler=text")
-            .arg(format!("--profile={}", afdo_text.display()))
-            .arg(format!("--binary={}", binary.display()))
-            .arg(format!("--out={}", create_out.display()))
-            // create_llvm_prof 0.19's binary writer fails on every input here
-            // ("Truncated function name table"); its text output works, once
-            // records with corrupt names are dropped (below).
-            .arg("--format=text"),
-    );
-    let written = std::fs::read(&create_out).unwrap_or_default();
-    assert!(
-        !written.is_empty(),
-        "create_llvm_prof wrote an empty profile for {name}"
-    );
-    let (sound, dropped) = bench_harness::llvm_text::sanitize_llvm_text(&written);
-    if dropped > 0 {
-        eprintln!("{name}: dropped {dropped} create_llvm_prof records with corrupt names");
-    }
-    let sound_out = work.join(format!("{name}.afdo.sound.prof"));
-    std::fs::write(&sound_out, sound).unwrap();
-    let totals = function_totals(&profdata, &sound_out);
+    let totals = create_llvm_prof_totals(&rec.dir, binary, work);
     assert_eq!(
         hottest(&totals),
         Some(expected),

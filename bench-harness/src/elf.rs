@@ -2,21 +2,13 @@
 //! the mapping from runtime addresses (as in perf.script) to each module's
 //! link-time addresses and AutoFDO offsets.
 //!
-//! Address spaces, as DESIGN.md fixes them:
-//! - runtime address: where the code ran;
-//! - link-time address (`vaddr`): runtime minus the load bias, the address the
-//!   ELF headers, symbols and callgrind use;
-//! - AutoFDO offset: `vaddr` minus the `p_vaddr` of the first PT_LOAD
-//!   (0x1130 for 0x401130 in a non-PIE binary; equal to `vaddr` for PIE and
-//!   shared objects, whose first PT_LOAD is at 0).
-//!
-//! The bias of a mapping `[start, …) @ pgoff` comes from the PT_LOAD segment
-//! that holds file offset `pgoff`: the byte at `pgoff` has link-time address
-//! `p_vaddr + (pgoff - p_offset)` and runtime address `start`.
+//! Address spaces and the load-bias rule: `breakdance_protocol::elf_layout`,
+//! the one place that owns them.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use breakdance_protocol::elf_layout::{ElfLayout, FileMapping, LoadSegment};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SymbolKind};
 
@@ -36,17 +28,6 @@ impl std::fmt::Display for ElfError {
 }
 
 impl std::error::Error for ElfError {}
-
-/// A PT_LOAD segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Segment {
-    pub vaddr: u64,
-    pub memsz: u64,
-    pub offset: u64,
-    pub filesz: u64,
-    /// PF_X is set.
-    pub executable: bool,
-}
 
 /// A function symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,9 +69,8 @@ impl InstructionIndex {
 #[derive(Debug)]
 pub struct ElfModule {
     pub path: PathBuf,
-    /// `p_vaddr` of the first PT_LOAD.
-    pub first_load_vaddr: u64,
-    pub segments: Vec<Segment>,
+    /// The PT_LOADs: the rule for the module's addresses.
+    pub layout: ElfLayout,
     /// Function symbols sorted by address (from .symtab, else .dynsym).
     pub symbols: Vec<Symbol>,
     code: Vec<CodeSection>,
@@ -107,7 +87,8 @@ impl ElfModule {
         let data = std::fs::read(path).map_err(|e| fail(format!("cannot read: {e}")))?;
         let file =
             object::File::parse(&*data).map_err(|e| fail(format!("not an ELF file: {e}")))?;
-        let segments: Vec<Segment> = file
+        // `segments()` lists the PT_LOADs, in the file's order.
+        let loads: Vec<LoadSegment> = file
             .segments()
             .map(|s| {
                 let (offset, filesz) = s.file_range();
@@ -115,20 +96,18 @@ impl ElfModule {
                     s.flags(),
                     object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0
                 );
-                Segment {
+                LoadSegment {
                     vaddr: s.address(),
-                    memsz: s.size(),
                     offset,
                     filesz,
+                    memsz: s.size(),
                     executable,
                 }
             })
             .collect();
-        let first_load_vaddr = segments
-            .iter()
-            .map(|s| s.vaddr)
-            .next()
-            .ok_or_else(|| fail("no PT_LOAD segment".into()))?;
+        if loads.is_empty() {
+            return Err(fail("no PT_LOAD segment".into()));
+        }
         let code = file
             .sections()
             .filter(|s| s.kind() == SectionKind::Text && s.size() > 0)
@@ -157,8 +136,7 @@ impl ElfModule {
         symbols.dedup_by(|a, b| a.address == b.address && a.name == b.name);
         Ok(ElfModule {
             path: path.to_path_buf(),
-            first_load_vaddr,
-            segments,
+            layout: ElfLayout::new(loads),
             symbols,
             code,
             index: OnceLock::new(),
@@ -170,33 +148,14 @@ impl ElfModule {
         self.path.file_name().and_then(|n| n.to_str()).unwrap_or("")
     }
 
-    /// The load bias of a mapping of this file starting at runtime `start`
-    /// from file offset `pgoff`, or `None` when no PT_LOAD holds `pgoff`.
-    pub fn bias_for_mapping(&self, start: u64, pgoff: u64) -> Option<u64> {
-        // With lld's layout the last page of the read-only segment is also
-        // the first page of the executable one: prefer the executable segment,
-        // since the mappings perf.script lists are the executable ones.
-        let holds = |s: &&Segment| pgoff >= s.offset & !0xfff && pgoff < s.offset + s.filesz.max(1);
-        let segment = self
-            .segments
-            .iter()
-            .filter(holds)
-            .max_by_key(|s| (s.executable, s.offset))?;
-        let vaddr = segment
-            .vaddr
-            .wrapping_add(pgoff)
-            .wrapping_sub(segment.offset);
-        Some(start.wrapping_sub(vaddr))
-    }
-
     /// The AutoFDO offset of a link-time address.
     pub fn afdo_offset(&self, vaddr: u64) -> u64 {
-        vaddr.wrapping_sub(self.first_load_vaddr)
+        self.layout.profile_offset(vaddr)
     }
 
     /// The link-time address of an AutoFDO offset.
     pub fn vaddr_of_offset(&self, offset: u64) -> u64 {
-        offset.wrapping_add(self.first_load_vaddr)
+        self.layout.vaddr_of_profile_offset(offset)
     }
 
     /// Up to `len` code bytes at `vaddr` (fewer at the end of a section),
@@ -374,7 +333,12 @@ impl ModuleMap {
                     }
                 },
             };
-            match map.modules[module].bias_for_mapping(m.start, m.pgoff) {
+            let mapping = FileMapping {
+                start: m.start,
+                pgoff: m.pgoff,
+                executable: m.prot.as_bytes().get(2) == Some(&b'x'),
+            };
+            match map.modules[module].layout.load_bias(&mapping) {
                 Some(bias) => map.mappings.push(Mapping {
                     start: m.start,
                     end: m.start + m.len,
@@ -413,41 +377,6 @@ mod tests {
     use crate::tools;
 
     #[test]
-    fn shared_page_resolves_to_the_executable_segment() {
-        // lld's layout (from a real libbreakdance.so): R at offset 0, R E at
-        // file offset 0x3f7a0 / vaddr 0x407a0; the r-xp mapping starts at
-        // file page 0x3f000, which both segments touch.
-        let module = ElfModule {
-            path: PathBuf::from("lib.so"),
-            first_load_vaddr: 0,
-            segments: vec![
-                Segment {
-                    vaddr: 0,
-                    memsz: 0x3f7a0,
-                    offset: 0,
-                    filesz: 0x3f7a0,
-                    executable: false,
-                },
-                Segment {
-                    vaddr: 0x407a0,
-                    memsz: 0x85180,
-                    offset: 0x3f7a0,
-                    filesz: 0x85180,
-                    executable: true,
-                },
-            ],
-            symbols: Vec::new(),
-            code: Vec::new(),
-            index: OnceLock::new(),
-        };
-        let start = 0x7f18_f905_5000;
-        assert_eq!(
-            module.bias_for_mapping(start, 0x3f000),
-            Some(start - 0x40000)
-        );
-    }
-
-    #[test]
     fn syscall_is_not_a_user_transfer() {
         let decode =
             |bytes: &[u8]| Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
@@ -483,7 +412,7 @@ mod tests {
             return;
         };
         let m = ElfModule::load(&binary).unwrap();
-        assert_eq!(m.first_load_vaddr, 0x400000);
+        assert_eq!(m.layout.first_load_vaddr(), 0x400000);
         let main = m.symbol("main").unwrap().clone();
         assert!(main.address > 0x400000);
         assert_eq!(m.afdo_offset(main.address), main.address - 0x400000);
@@ -502,11 +431,17 @@ mod tests {
         assert!(body.iter().any(|&f| is_transfer(f)), "{body:?}");
         // Non-PIE: the bias of the executable mapping is 0.
         let text = m
-            .segments
+            .layout
+            .loads()
             .iter()
-            .find(|s| s.vaddr <= main.address && main.address < s.vaddr + s.memsz)
+            .find(|s| s.vaddr_range().contains(&main.address))
             .unwrap();
-        assert_eq!(m.bias_for_mapping(text.vaddr, text.offset), Some(0));
+        let mapping = FileMapping {
+            start: text.vaddr & !0xfff,
+            pgoff: text.offset & !0xfff,
+            executable: true,
+        };
+        assert_eq!(m.layout.load_bias(&mapping), Some(0));
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -517,12 +452,13 @@ mod tests {
             return;
         };
         let m = ElfModule::load(&binary).unwrap();
-        assert_eq!(m.first_load_vaddr, 0);
+        assert_eq!(m.layout.first_load_vaddr(), 0);
         let g = m.symbol("g").unwrap().clone();
         let text = *m
-            .segments
+            .layout
+            .loads()
             .iter()
-            .find(|s| s.vaddr <= g.address && g.address < s.vaddr + s.memsz)
+            .find(|s| s.vaddr_range().contains(&g.address))
             .unwrap();
         let base = 0x5555_5555_4000u64;
         let mmap = Mmap {

@@ -385,7 +385,8 @@ mod tests {
 
     fn mmaps_for(binary: &Path, module: &ElfModule) -> Vec<Mmap> {
         module
-            .segments
+            .layout
+            .loads()
             .iter()
             .map(|s| Mmap {
                 pid: 1,
@@ -397,7 +398,7 @@ mod tests {
                 minor: 0,
                 inode: 0,
                 generation: 0,
-                prot: "r-xp".into(),
+                prot: if s.executable { "r-xp" } else { "r--p" }.into(),
                 path: binary.display().to_string(),
             })
             .collect()

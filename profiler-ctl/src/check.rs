@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Result;
-use breakdance_protocol::{Summary, PERF_SCRIPT_FILE};
+use breakdance_protocol::{ModuleSummary, Summary, PERF_SCRIPT_FILE};
 
 use crate::elf::{Binary, Facts};
 use crate::profgen;
@@ -143,8 +143,9 @@ fn recording_findings(
             ),
         }]);
     };
+    let mut found = profile_address_findings(binary, dir, module);
     if !facts.has_debug_info {
-        return Ok(Vec::new());
+        return Ok(found);
     }
     // llvm-profgen's own estimate of whether the samples are enough for
     // the code they cover.
@@ -158,7 +159,7 @@ fn recording_findings(
             generated.map(|g| g.more_samples)
         }
     };
-    Ok(match estimate {
+    found.extend(match estimate {
         Ok(more_samples) => more_samples
             .map(|factor| {
                 finding(
@@ -176,7 +177,109 @@ fn recording_findings(
             format!("cannot estimate whether the samples suffice: {e:#}"),
             "apt-get install llvm-19 (or scripts/install-deps.sh)",
         )],
-    })
+    });
+    Ok(found)
+}
+
+/// Every address of the module's AutoFDO text (ranges, sample addresses,
+/// branches) and BOLT profile (`B`/`F` records), in the order written:
+/// what the profile says ran.
+fn profile_addresses(text: &str, bolt: bool) -> Vec<u64> {
+    let hex = |w: &str| u64::from_str_radix(w, 16).ok();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if bolt {
+            // `B FROM TO COUNT MISPRED`, `F START END COUNT`.
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let ["B" | "F", a, b, ..] = words[..] {
+                out.extend(hex(a).into_iter().chain(hex(b)));
+            }
+        } else if let Some((record, _count)) = line.rsplit_once(':') {
+            // `BEGIN-END`, `ADDR`, `FROM->TO`; the section counts have no `:`.
+            for w in record.split("->").flat_map(|w| w.split('-')) {
+                out.extend(hex(w));
+            }
+        }
+    }
+    out
+}
+
+/// The module's profiles name addresses in its code: an address outside
+/// every executable segment means a load bias or offset rule went wrong
+/// (create_llvm_prof then writes an empty profile, silently), and a profile
+/// with no address at all cannot help either.
+fn profile_address_findings(binary: &Binary, dir: &Path, module: &ModuleSummary) -> Vec<Finding> {
+    let shown = binary.path.display();
+    let Some(layout) = binary.layout() else {
+        return Vec::new();
+    };
+    let bug = format!(
+        "a breakdance bug: report it with `readelf -lW {shown}` and the recording in {}",
+        dir.display()
+    );
+    let mut found = Vec::new();
+    // AutoFDO text holds offsets from the first PT_LOAD; BOLT holds ELF
+    // virtual addresses (protocol::elf_layout).
+    for (name, bolt) in [(&module.afdo, false), (&module.bolt, true)] {
+        let path = dir.join(name);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            found.push(finding(
+                format!("{} is missing: the recording lists it", path.display()),
+                format!(
+                    "record again: profiler-ctl record -o {} -- {shown} ARGS...",
+                    dir.display()
+                ),
+            ));
+            continue;
+        };
+        let addresses = profile_addresses(&text, bolt);
+        let vaddr = |a: u64| {
+            if bolt {
+                a
+            } else {
+                layout.vaddr_of_profile_offset(a)
+            }
+        };
+        let outside: Vec<u64> = addresses
+            .iter()
+            .copied()
+            .filter(|&a| !layout.is_code(vaddr(a)))
+            .collect();
+        if addresses.is_empty() {
+            found.push(finding(
+                format!(
+                    "empty profile: {} holds no address in {shown}",
+                    path.display()
+                ),
+                bug.clone(),
+            ));
+        } else if let Some(first) = outside.first() {
+            let code: Vec<String> = layout
+                .loads()
+                .iter()
+                .filter(|s| s.executable)
+                .map(|s| format!("{:#x}-{:#x}", s.vaddr, s.vaddr + s.memsz))
+                .collect();
+            found.push(finding(
+                format!(
+                    "profile addresses outside the code: {} of the {} addresses in {} (first \
+                     {first:#x}) fall outside the executable segments of {shown} ({}), so the \
+                     profile {} its code",
+                    outside.len(),
+                    addresses.len(),
+                    path.display(),
+                    code.join(", "),
+                    if outside.len() == addresses.len() {
+                        "would be empty: it misses all of"
+                    } else {
+                        "misses part of"
+                    }
+                ),
+                bug.clone(),
+            ));
+        }
+    }
+    found
 }
 
 /// The shortest clock period `check` suggests for traces of `lbr`
@@ -276,6 +379,21 @@ mod tests {
             lbr,
             ..SessionConfig::default()
         }
+    }
+
+    #[test]
+    fn profile_addresses_are_read_from_every_record() {
+        let afdo = "2\n16a0-16b0:3\n17c0-17c8:1\n1\n17c8:4\n1\n16b0->17c0:3\n";
+        assert_eq!(
+            profile_addresses(afdo, false),
+            [0x16a0, 0x16b0, 0x17c0, 0x17c8, 0x17c8, 0x16b0, 0x17c0]
+        );
+        assert!(profile_addresses("0\n0\n0\n", false).is_empty());
+        let bolt = "B 4016b0 4017c0 3 0\nF 4017c0 4017c8 1\n";
+        assert_eq!(
+            profile_addresses(bolt, true),
+            [0x4016b0, 0x4017c0, 0x4017c0, 0x4017c8]
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use addr2line::gimli;
 use anyhow::{Context, Result};
+use breakdance_protocol::elf_layout::{ElfLayout, LoadSegment};
 use memmap2::Mmap;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SymbolKind};
 
@@ -75,20 +76,27 @@ impl Binary {
         Some(id.iter().map(|b| format!("{b:02x}")).collect())
     }
 
-    /// Runtime address minus link-time address for the mapping of file
-    /// offset `pgoff` at `start`: the segment holding that offset says.
-    pub fn bias_for_mapping(&self, start: u64, pgoff: u64) -> Option<u64> {
+    /// The PT_LOADs, in the file's order: what the load bias and the
+    /// profile offsets of its addresses come from.
+    pub fn layout(&self) -> Option<ElfLayout> {
         let object = self.object().ok()?;
-        object.segments().find_map(|segment| {
-            let (offset, size) = segment.file_range();
-            let page = offset & !0xfff;
-            (page <= pgoff && pgoff < offset + size.max(1)).then(|| {
-                start
-                    .wrapping_sub(pgoff)
-                    .wrapping_sub(segment.address())
-                    .wrapping_add(offset)
+        let loads = object
+            .segments()
+            .map(|segment| {
+                let (offset, filesz) = segment.file_range();
+                LoadSegment {
+                    vaddr: segment.address(),
+                    offset,
+                    filesz,
+                    memsz: segment.size(),
+                    executable: matches!(
+                        segment.flags(),
+                        object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0
+                    ),
+                }
             })
-        })
+            .collect();
+        Some(ElfLayout::new(loads))
     }
 
     /// Loads the DWARF sections (decompressed where needed) and hands them

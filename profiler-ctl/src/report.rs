@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use breakdance_protocol::elf_layout::FileMapping;
 use breakdance_protocol::{Summary, PERF_SCRIPT_FILE};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 use serde::Serialize;
@@ -33,7 +34,7 @@ const MAX_RANGE_BYTES: u64 = 1 << 16;
 /// One module as the report sees it.
 struct Module {
     path: PathBuf,
-    /// Runtime address minus link-time address.
+    /// Runtime address minus ELF virtual address.
     bias: u64,
     /// Readable and the recorded build: symbols and code can be used.
     binary: Option<Binary>,
@@ -146,7 +147,12 @@ fn open_module(path: &Path, mapping: &Mapping, summary: &Summary) -> Module {
             return module;
         }
     }
-    match binary.bias_for_mapping(mapping.start, mapping.pgoff) {
+    let file_mapping = FileMapping {
+        start: mapping.start,
+        pgoff: mapping.pgoff,
+        executable: mapping.executable,
+    };
+    match binary.layout().and_then(|l| l.load_bias(&file_mapping)) {
         Some(bias) => module.bias = bias,
         None => {
             module.unusable = Some("no loadable segment matches its mapping".into());

@@ -9,12 +9,15 @@
 //!   messages;
 //! - [`SessionOptions`] and the constants a session is configured with
 //!   (trace length, events, look-ahead modes, default paths), shared by the
-//!   library's parser and profiler-ctl's command line.
+//!   library's parser and profiler-ctl's command line;
+//! - [`elf_layout`]: the rule that turns runtime addresses into the ELF
+//!   virtual addresses and profile offsets every output names code by.
 //!
 //! The crate is on the ground floor: it imports nothing of the tracer.
 
 mod control;
 mod counters;
+pub mod elf_layout;
 mod options;
 mod summary;
 

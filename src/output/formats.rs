@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use breakdance_protocol::elf_layout::ElfLayout;
+
 use crate::aggregate::Aggregate;
 use crate::modules::Module;
 
@@ -47,7 +49,9 @@ pub fn perf_script(agg: &Aggregate, modules: &[Module], pid: i32) -> String {
     out
 }
 
-/// Per-module counts in module-relative offsets.
+/// Per-module counts at the module's ELF virtual addresses (runtime
+/// address minus load bias): each format turns them into its own
+/// addresses.
 #[derive(Default, Debug, PartialEq, Eq)]
 pub struct ModuleProfile {
     pub ranges: BTreeMap<(u64, u64), u64>,
@@ -73,21 +77,21 @@ pub fn module_profile(agg: &Aggregate, module: &Module) -> ModuleProfile {
     for (&(begin, end), &n) in &agg.ranges {
         if begin <= end && module.contains(begin) && module.contains(end) {
             *p.ranges
-                .entry((module.offset_of(begin), module.offset_of(end)))
+                .entry((module.vaddr_of(begin), module.vaddr_of(end)))
                 .or_default() += n;
         }
     }
     for (&(from, to), &n) in &agg.branches {
         if module.contains(from) && module.contains(to) {
             *p.branches
-                .entry((module.offset_of(from), module.offset_of(to)))
+                .entry((module.vaddr_of(from), module.vaddr_of(to)))
                 .or_default() += n;
         }
     }
     for (entries, &n) in &agg.traces {
         if let Some(last) = entries.last() {
             if module.contains(last.to) {
-                *p.addresses.entry(module.offset_of(last.to)).or_default() += n;
+                *p.addresses.entry(module.vaddr_of(last.to)).or_default() += n;
             }
         }
     }
@@ -96,27 +100,32 @@ pub fn module_profile(agg: &Aggregate, module: &Module) -> ModuleProfile {
 
 /// The `create_llvm_prof --profiler=text` format: ranges, addresses and
 /// branches sections, each a decimal count and then its records, hex
-/// without `0x`.
-pub fn afdo_text(p: &ModuleProfile) -> String {
+/// without `0x`, as offsets from the first PT_LOAD of `layout` (the
+/// module's file).
+pub fn afdo_text(p: &ModuleProfile, layout: &ElfLayout) -> String {
+    let at = |vaddr: u64| layout.profile_offset(vaddr);
     let mut out = String::new();
     let _ = writeln!(out, "{}", p.ranges.len());
     for (&(b, e), n) in &p.ranges {
-        let _ = writeln!(out, "{b:x}-{e:x}:{n}");
+        let _ = writeln!(out, "{:x}-{:x}:{n}", at(b), at(e));
     }
     let _ = writeln!(out, "{}", p.addresses.len());
-    for (a, n) in &p.addresses {
-        let _ = writeln!(out, "{a:x}:{n}");
+    for (&a, n) in &p.addresses {
+        let _ = writeln!(out, "{:x}:{n}", at(a));
     }
     let _ = writeln!(out, "{}", p.branches.len());
     for (&(f, t), n) in &p.branches {
-        let _ = writeln!(out, "{f:x}->{t:x}:{n}");
+        let _ = writeln!(out, "{:x}->{:x}:{n}", at(f), at(t));
     }
     out
 }
 
 /// BOLT's pre-aggregated profile (`llvm-bolt -pa`): `B FROM TO COUNT
 /// MISPRED` for taken branches and `F START END COUNT` for fall-through
-/// ranges, offsets as for AutoFDO. Mispredictions are unknown (0).
+/// ranges, at ELF virtual addresses: llvm-bolt-19 reads 0x401130 for a
+/// non-PIE binary where create_llvm_prof reads 0x1130 (the two agree for
+/// PIE and shared objects, whose first PT_LOAD is at 0). Mispredictions
+/// are unknown (0).
 pub fn bolt_preaggregated(p: &ModuleProfile) -> String {
     let mut out = String::new();
     for (&(f, t), n) in &p.branches {
@@ -150,7 +159,7 @@ mod tests {
             }],
             load_address: 0x55_0000_0000,
             bias: 0x55_0000_0000,
-            first_load_vaddr: 0,
+            layout: ElfLayout::default(),
             build_id: None,
             rseq: vec![],
             immutable: vec![],
@@ -199,7 +208,7 @@ mod tests {
     #[test]
     fn afdo_text_uses_module_offsets_and_keeps_in_module_edges() {
         let p = module_profile(&agg(), &module());
-        let text = afdo_text(&p);
+        let text = afdo_text(&p, &ElfLayout::default());
         assert_eq!(
             text,
             "2\n1130-1150:3\n1160-1170:1\n1\n1130:3\n2\n1150->1130:6\n1150->1160:1\n"
@@ -207,6 +216,27 @@ mod tests {
         assert_eq!(
             bolt_preaggregated(&p).lines().next(),
             Some("B 1150 1130 6 0")
+        );
+    }
+
+    #[test]
+    fn non_pie_afdo_counts_from_the_first_load_and_bolt_takes_addresses() {
+        use breakdance_protocol::elf_layout::LoadSegment;
+        let mut m = module();
+        // The same code linked at 0x400000: ELF virtual address 0x401150.
+        m.bias = 0x55_0000_0000 - 0x40_0000;
+        m.layout = ElfLayout::new(vec![LoadSegment {
+            vaddr: 0x40_0000,
+            offset: 0,
+            filesz: 0x3000,
+            memsz: 0x3000,
+            executable: true,
+        }]);
+        let p = module_profile(&agg(), &m);
+        assert!(afdo_text(&p, &m.layout).starts_with("2\n1130-1150:3\n"));
+        assert_eq!(
+            bolt_preaggregated(&p).lines().next(),
+            Some("B 401150 401130 6 0")
         );
     }
 }

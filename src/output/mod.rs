@@ -100,7 +100,7 @@ pub fn write_session(
     )?;
     let mut module_rows = Vec::new();
     for (m, afdo, bolt, p) in profiles {
-        dir.write_atomic(&afdo, formats::afdo_text(&p).as_bytes())?;
+        dir.write_atomic(&afdo, formats::afdo_text(&p, &m.layout).as_bytes())?;
         dir.write_atomic(&bolt, formats::bolt_preaggregated(&p).as_bytes())?;
         module_rows.push((m, afdo, bolt, p.branch_count()));
     }

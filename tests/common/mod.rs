@@ -463,6 +463,73 @@ pub fn function_totals(profdata: &Path, profile: &Path) -> BTreeMap<String, u64>
     totals
 }
 
+/// The per-function totals of the profile llvm-profgen-19 makes from
+/// `dir/perf.script` for `binary` (the executable or one of its shared
+/// libraries), written under `work`. Fails when llvm-profgen finds no
+/// MMAP2 line for the binary: it would then assume link-time addresses.
+pub fn profgen_totals(dir: &Path, binary: &Path, work: &Path) -> BTreeMap<String, u64> {
+    let profgen = tool("llvm-profgen-19").expect("llvm-profgen-19");
+    let profdata = tool("llvm-profdata-19").expect("llvm-profdata-19");
+    let name = binary.file_name().unwrap().to_string_lossy();
+    let out = work.join(format!("{name}.profgen.prof"));
+    let output = run_tool(
+        Command::new(&profgen)
+            .arg(format!(
+                "--perfscript={}",
+                dir.join("perf.script").display()
+            ))
+            .arg(format!("--binary={}", binary.display()))
+            .arg(format!("--output={}", out.display())),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("No relevant mmap event"),
+        "llvm-profgen found no MMAP2 line for {name}: {stderr}"
+    );
+    function_totals(&profdata, &out)
+}
+
+/// The per-function totals of the profile create_llvm_prof makes from the
+/// AutoFDO text `dir/NAME.afdo.txt` of `binary` (NAME its file name),
+/// written under `work`. Fails when the text is missing or the profile
+/// comes out empty (what addresses that miss the code give).
+pub fn create_llvm_prof_totals(dir: &Path, binary: &Path, work: &Path) -> BTreeMap<String, u64> {
+    let create = tool("create_llvm_prof").expect("create_llvm_prof");
+    let profdata = tool("llvm-profdata-19").expect("llvm-profdata-19");
+    let name = binary.file_name().unwrap().to_string_lossy();
+    let afdo_text = dir.join(format!("{name}.afdo.txt"));
+    assert!(
+        afdo_text.is_file(),
+        "{} was not written",
+        afdo_text.display()
+    );
+    let out = work.join(format!("{name}.afdo.prof"));
+    run_tool(
+        Command::new(&create)
+            .arg("--profiler=text")
+            .arg(format!("--profile={}", afdo_text.display()))
+            .arg(format!("--binary={}", binary.display()))
+            .arg(format!("--out={}", out.display()))
+            // create_llvm_prof 0.19's binary writer fails on every input here
+            // ("Truncated function name table"); its text output works, once
+            // records with corrupt names are dropped (below).
+            .arg("--format=text"),
+    );
+    let written = std::fs::read(&out).unwrap_or_default();
+    assert!(
+        !written.is_empty(),
+        "create_llvm_prof wrote an empty profile for {name} from {}",
+        afdo_text.display()
+    );
+    let (sound, dropped) = bench_harness::llvm_text::sanitize_llvm_text(&written);
+    if dropped > 0 {
+        eprintln!("{name}: dropped {dropped} create_llvm_prof records with corrupt names");
+    }
+    let sound_out = work.join(format!("{name}.afdo.sound.prof"));
+    std::fs::write(&sound_out, sound).unwrap();
+    function_totals(&profdata, &sound_out)
+}
+
 /// The function with the most samples.
 pub fn hottest(totals: &BTreeMap<String, u64>) -> Option<&str> {
     totals

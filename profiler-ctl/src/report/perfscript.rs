@@ -12,6 +12,8 @@ pub struct Mapping {
     pub start: u64,
     pub len: u64,
     pub pgoff: u64,
+    /// `x` in its permissions (the tracer lists executable mappings only).
+    pub executable: bool,
     pub path: PathBuf,
 }
 
@@ -50,15 +52,14 @@ fn mapping(line: &str) -> Option<Mapping> {
         .split_whitespace()
         .next()?;
     let (_, tail) = rest.split_once("]:")?;
-    let path = tail
-        .split_whitespace()
-        .skip(1)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let mut words = tail.split_whitespace();
+    let perms = words.next()?;
+    let path = words.collect::<Vec<_>>().join(" ");
     Some(Mapping {
         start: hex(start)?,
         len: hex(len)?,
         pgoff: hex(pgoff)?,
+        executable: perms.as_bytes().get(2) == Some(&b'x'),
         path: PathBuf::from(path),
     })
 }
@@ -123,6 +124,7 @@ mod tests {
                 start: 0x55_0000_1000,
                 len: 0x2000,
                 pgoff: 0x1000,
+                executable: true,
                 path: "/bin/my prog".into()
             }]
         );
