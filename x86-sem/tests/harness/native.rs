@@ -97,7 +97,8 @@ impl Vectors {
 
 /// The model the tests emulate: this CPU, or with `X86SEM_TEST_MODEL=avx2`
 /// (or `sse`) this CPU with the AVX-512 (or all VEX/EVEX) register state
-/// masked out of XCR0, to exercise the harness paths of smaller CPUs here.
+/// masked out of XCR0, or (`refuse`) with no quirk measured, to exercise
+/// the paths of other CPUs here.
 pub fn model() -> &'static x86_sem::CpuModel {
     static MODEL: std::sync::OnceLock<x86_sem::CpuModel> = std::sync::OnceLock::new();
     MODEL.get_or_init(|| {
@@ -111,7 +112,10 @@ pub fn model() -> &'static x86_sem::CpuModel {
             Ok("sse") => host
                 .with_xcr0(host.xcr0() & (xcr0::X87 | xcr0::SSE))
                 .with_name("host without AVX state"),
-            Ok(other) => panic!("X86SEM_TEST_MODEL={other}: expected host, avx2 or sse"),
+            Ok("refuse") => host
+                .with_quirks(x86_sem::Quirks::REFUSE)
+                .with_name("host with every quirk refused"),
+            Ok(other) => panic!("X86SEM_TEST_MODEL={other}: expected host, avx2, sse or refuse"),
         }
     })
 }
