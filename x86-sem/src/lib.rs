@@ -29,7 +29,7 @@
 //! raise #UD on another, and some results the manuals leave undefined or
 //! implementation-specific differ from one CPU to the next (the upper
 //! halves of rcx, rsi and rdi after an addr32 rep string instruction: Zen 4
-//! keeps rcx[63:32], Zen 5 and Intel zero it; the destination of bsf/bsr
+//! keeps `rcx[63:32]`, Zen 5 and Intel zero it; the destination of bsf/bsr
 //! with a zero source; tzcnt/lzcnt, which a CPU without BMI1/LZCNT runs as
 //! rep bsf/bsr; int1, which hypervisors deliver differently). The rule:
 //!

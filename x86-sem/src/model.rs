@@ -53,7 +53,7 @@ pub enum Addr32Rep {
     /// still writes ecx (and movs/stos their pointers). Measured on AMD
     /// Zen 5 and Intel Xeon (family 6 model 85 and 207).
     ZeroUpper,
-    /// As [`Addr32Rep::ZeroUpper`], but rcx[63:32] is never changed.
+    /// As [`Addr32Rep::ZeroUpper`], but `rcx[63:32]` is never changed.
     /// Seen on AMD Zen 4 (family 25 model 17).
     KeepCountUpper,
     /// Neither was measured: an addr32 string instruction whose rcx, rsi
