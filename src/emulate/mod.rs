@@ -22,7 +22,7 @@ use std::ptr::addr_of_mut;
 use std::sync::OnceLock;
 
 use x86_sem::iced_x86::FlowControl;
-use x86_sem::{BranchKind, CpuState, DecodeCache, Insn, Machine, MemError, Stop, Table};
+use x86_sem::{BranchKind, CpuModel, CpuState, DecodeCache, Insn, Machine, MemError, Stop, Table};
 
 use crate::buffer::{AbortReason, BranchEntry, TraceBuffer};
 use crate::trace::exec_map::ExecMap;
@@ -186,9 +186,18 @@ impl Machine for SpecCpu {
 
 static TABLE: OnceLock<Box<Table<SpecCpu>>> = OnceLock::new();
 
-/// The dispatch table, built on first use.
+/// The dispatch table, built on first use (in [`warm`], before any signal
+/// is armed) for this CPU's model: `CpuModel::host` reads CPUID and XCR0
+/// and probes the quirks once. The table (about 40 KiB) is built in place
+/// on the heap, never on an application thread's stack.
+///
+/// The model refuses what it cannot know: a form this CPU lacks, or a
+/// result that differs between CPUs and no probe settled, is a
+/// [`Stop`], so a segment ends there. Speculative segments, data-flow runs
+/// and the segments they prove therefore never rest on a refused (guessed)
+/// result: every value they use is one the core computed as this CPU does.
 fn table() -> &'static Table<SpecCpu> {
-    TABLE.get_or_init(|| Box::new(Table::new()))
+    TABLE.get_or_init(|| Table::boxed(&CpuModel::host()))
 }
 
 /// Builds everything lazy the handlers will touch (the dispatch table, the

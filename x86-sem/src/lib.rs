@@ -9,8 +9,12 @@
 //!   are what the semantics read and write; a [`Machine`] bundles one of
 //!   each with whatever the owner's own handlers need ([`Cpu`] bundles just
 //!   the two).
-//! - A [`Table`] maps every iced `Code` to its handler; the owner builds it
-//!   once and may replace entries with its own instructions.
+//! - A [`CpuModel`] says which CPU the core emulates: its CPUID features,
+//!   the register state XCR0 enables, and its quirks.
+//!   [`CpuModel::host`] measures the machine it runs on.
+//! - A [`Table`] maps every iced `Code` to its handler for one model; the
+//!   owner builds it once ([`Table::boxed`], or [`Table::init`] in place)
+//!   and may replace entries with its own instructions.
 //! - A [`DecodeCache`] holds decoded instructions on storage the owner
 //!   allocates.
 //! - [`step`] runs the instruction at rip: `Ok(`[`Retired`]`)`, or a
@@ -18,9 +22,40 @@
 //! - Flags the manuals leave undefined are tracked in
 //!   [`Registers::undefined`]; an instruction that reads one stops with
 //!   [`Stop::UnknownFlags`] instead of guessing.
+//!
+//! # Results that differ between CPUs
+//!
+//! x86-64 CPUs do not all compute the same thing: forms exist on one and
+//! raise #UD on another, and some results the manuals leave undefined or
+//! implementation-specific differ from one CPU to the next (the upper
+//! halves of rcx, rsi and rdi after an addr32 rep string instruction: Zen 4
+//! keeps `rcx[63:32]`, Zen 5 and Intel zero it; the destination of bsf/bsr
+//! with a zero source; tzcnt/lzcnt, which a CPU without BMI1/LZCNT runs as
+//! rep bsf/bsr; int1, which hypervisors deliver differently). The rule:
+//!
+//! **a result that differs between CPUs is modelled from a probe of the
+//! CPU, or refused with a [`Stop`]; it is never guessed** (not from the
+//! vendor, the family, or the machine the core was first tested on).
+//!
+//! - A form the [`CpuModel`] lacks (a CPUID feature, or XCR0 state for the
+//!   registers it uses) stops with [`Stop::Unsupported`], as the CPU would
+//!   raise #UD.
+//! - A quirk ([`Quirks`]) is what [`CpuModel::host`] measured by running
+//!   the instruction natively; when no probe settled it, the instruction
+//!   stops with [`Stop::Opaque`] in exactly the cases where CPUs disagree.
+//! - Instructions whose outcome the hypervisor decides (int1/icebp) stop
+//!   with [`Stop::Trap`], like every trapping instruction.
+//!
+//! Since every refusal is a stop, an owner never acts on a refused result.
+//!
+//! # Unsafe code
+//!
+//! Only [`CpuModel::host`] uses it (CPUID, `xgetbv`, the probe
+//! instructions, and on Linux one `mmap`/`munmap` of a scratch page), and
+//! [`Table::init`], which writes the table in place.
 
 #![no_std]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(missing_debug_implementations)]
 #![warn(rust_2018_idioms)]
@@ -49,11 +84,15 @@
 #![allow(clippy::cast_lossless)]
 #![allow(clippy::module_name_repetitions)]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
 mod cache;
 mod flags;
 mod float;
 mod insn;
 mod mem;
+mod model;
 mod ops;
 mod regs;
 mod step;
@@ -62,6 +101,7 @@ mod table;
 pub use cache::{CacheSizeError, DecodeCache};
 pub use insn::Insn;
 pub use mem::{MemError, Memory};
+pub use model::{xcr0, Addr32Rep, BitScanZero, CpuModel, Quirks, Vendor};
 pub use regs::{flag, gpr, CpuState, Difference, Registers, F80, MXCSR_DEFAULT, MXCSR_UNSET, X87};
 pub use step::{step, step_into, BranchKind, Cpu, Machine, Retired, Stop};
 pub use table::{Handler, Table, CODE_COUNT};

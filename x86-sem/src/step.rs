@@ -120,9 +120,12 @@ pub enum Stop {
     /// as the kernel does, and advances rip by 2.
     Syscall,
     /// An instruction whose result only the CPU knows (cpuid, rdtsc,
-    /// rdrand, …), or a form whose result the manuals leave undefined.
+    /// rdrand, …), a form whose result the manuals leave undefined, or a
+    /// result that differs between CPUs and the table's
+    /// [`CpuModel`](crate::CpuModel) did not measure.
     Opaque,
-    /// A form the core does not implement.
+    /// A form the core does not implement, or that the table's
+    /// [`CpuModel`](crate::CpuModel) lacks (the CPU would raise #UD).
     Unsupported {
         /// Address of the instruction.
         ip: u64,

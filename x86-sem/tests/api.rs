@@ -1,10 +1,10 @@
 //! The owner-facing pieces: the cache, table overrides, the rep limit, the
 //! stops that do not come from a memory access, and state comparison.
 
-use iced_x86::Code;
+use iced_x86::{Code, CpuidFeature};
 use x86_sem::{
-    flag, step, BranchKind, Cpu, CpuState, DecodeCache, Difference, Insn, Machine, MemError,
-    Memory, Retired, Stop, Table, MXCSR_DEFAULT, X87,
+    flag, step, xcr0, Addr32Rep, BitScanZero, BranchKind, Cpu, CpuModel, CpuState, DecodeCache,
+    Difference, Insn, Machine, MemError, Memory, Quirks, Retired, Stop, Table, MXCSR_DEFAULT, X87,
 };
 
 /// Flat memory: code and data in one executable vector at `BASE`.
@@ -71,7 +71,7 @@ fn cache() -> DecodeCache<Vec<Insn>> {
 fn the_cache_needs_a_power_of_two_and_forgets_what_it_is_told() {
     assert!(DecodeCache::new(vec![Insn::empty(); 48]).is_err());
     assert!(DecodeCache::new(Vec::<Insn>::new()).is_err());
-    let table = Table::<Plain>::new();
+    let table = Table::<Plain>::boxed(&CpuModel::every_feature());
     let mut c = cache();
     assert_eq!(c.capacity(), 256);
     // inc eax; inc eax
@@ -111,7 +111,7 @@ fn owner_jump(x: &mut Plain, insn: &Insn, r: &mut Retired) -> Result<(), Stop> {
 fn owners_install_their_own_instructions() {
     // ud1 eax, [rip + 0x10]
     let code = [0x0f, 0xb9, 0x05, 0x10, 0, 0, 0];
-    let mut table = Table::<Plain>::new();
+    let mut table = Table::<Plain>::boxed(&CpuModel::every_feature());
     let mut m = machine(&code);
     assert_eq!(step(&mut m, &table, &mut cache()), Err(Stop::Trap));
     assert_eq!(m.regs.rip, BASE, "a stop leaves rip");
@@ -153,7 +153,7 @@ fn a_long_rep_resumes_where_the_limit_stopped_it() {
     m.0.regs.gpr[0] = 0x5a;
     m.0.regs.gpr[1] = 10;
     m.0.regs.gpr[7] = BASE + 0x800;
-    let table = Table::<Limited>::new();
+    let table = Table::<Limited>::boxed(&CpuModel::every_feature());
     let mut c = cache();
     let mut steps = 0;
     loop {
@@ -174,7 +174,7 @@ fn a_long_rep_resumes_where_the_limit_stopped_it() {
 
 #[test]
 fn stops_that_are_not_memory_faults() {
-    let table = Table::<Plain>::new();
+    let table = Table::<Plain>::boxed(&CpuModel::every_feature());
     // fldpi: not implemented.
     let mut m = machine(&[0xd9, 0xeb]);
     assert_eq!(
@@ -211,7 +211,7 @@ fn stops_that_are_not_memory_faults() {
 fn an_unknown_flag_stops_a_condition_until_something_defines_it() {
     // shl eax, 5; jo +0; cmp eax, eax; jo +0
     let code = [0xc1, 0xe0, 0x05, 0x70, 0x00, 0x39, 0xc0, 0x70, 0x00];
-    let table = Table::<Plain>::new();
+    let table = Table::<Plain>::boxed(&CpuModel::every_feature());
     let mut c = cache();
     let mut m = machine(&code);
     m.regs.gpr[0] = 0x4000_0001;
@@ -261,7 +261,7 @@ fn a_prediction_is_compared_without_its_unknown_flags() {
 
 #[test]
 fn floating_point_waits_for_the_owner_to_fill_its_state() {
-    let table = Table::<Plain>::new();
+    let table = Table::<Plain>::boxed(&CpuModel::every_feature());
     // addsd xmm0, xmm1; fld1
     for code in [&[0xf2, 0x0f, 0x58, 0xc1][..], &[0xd9, 0xe8][..]] {
         let mut x = machine(code);
@@ -309,4 +309,140 @@ fn a_prediction_compares_the_float_state_but_not_its_unknown_condition_codes() {
         predicted.first_difference(&actual),
         Some(Difference::X87Register(7))
     );
+}
+
+fn quirks(addr32_rep: Addr32Rep, bit_scan_zero: BitScanZero) -> CpuModel {
+    CpuModel::every_feature().with_quirks(Quirks {
+        addr32_rep,
+        bit_scan_zero,
+    })
+}
+
+#[test]
+fn a_table_runs_only_the_forms_its_model_has() {
+    let base = Table::<Plain>::boxed(&CpuModel::baseline());
+    let all = Table::<Plain>::boxed(&CpuModel::every_feature());
+    let no512 =
+        Table::<Plain>::boxed(&CpuModel::every_feature().with_xcr0(xcr0::X87 | xcr0::AVX_STATE));
+    // vmovdqu ymm0, ymm1; vpaddb xmm0{k1}, xmm1, xmm2; shlx rax, rcx, rdx
+    let ymm = [0xc5, 0xfe, 0x6f, 0xc1];
+    let evex = [0x62, 0xf1, 0x75, 0x09, 0xfc, 0xc2];
+    let shlx = [0xc4, 0xe2, 0xe9, 0xf7, 0xc1];
+    for (code, bytes, table, runs) in [
+        (Code::VEX_Vmovdqu_ymm_ymmm256, &ymm[..], &base, false),
+        (Code::VEX_Vmovdqu_ymm_ymmm256, &ymm[..], &all, true),
+        (Code::VEX_Vmovdqu_ymm_ymmm256, &ymm[..], &no512, true),
+        (
+            Code::EVEX_Vpaddb_xmm_k1z_xmm_xmmm128,
+            &evex[..],
+            &no512,
+            false,
+        ),
+        (Code::EVEX_Vpaddb_xmm_k1z_xmm_xmmm128, &evex[..], &all, true),
+        (Code::VEX_Shlx_r64_rm64_r64, &shlx[..], &base, false),
+        (Code::VEX_Shlx_r64_rm64_r64, &shlx[..], &no512, true),
+    ] {
+        let mut m = machine(bytes);
+        m.regs.vec[1] = [1, 2, 3, 4, 5, 6, 7, 8];
+        let before = m.regs;
+        let r = step(&mut m, table, &mut cache());
+        assert_eq!(table.implements(code), runs, "{code:?}");
+        if runs {
+            assert!(r.is_ok(), "{code:?}: {r:?}");
+        } else {
+            assert_eq!(r, Err(Stop::Unsupported { ip: BASE, code }));
+            assert_eq!(m.regs, before, "{code:?}: a refused form changes nothing");
+        }
+    }
+}
+
+#[test]
+fn tzcnt_without_bmi1_is_bsf() {
+    // tzcnt eax, ecx
+    let code = [0xf3, 0x0f, 0xbc, 0xc1];
+    let run = |model: &CpuModel, ecx: u64| {
+        let table = Table::<Plain>::boxed(model);
+        let mut m = machine(&code);
+        m.regs.gpr[0] = 0x1234_5678_9abc_def0;
+        m.regs.gpr[1] = ecx;
+        let r = step(&mut m, &table, &mut cache());
+        (
+            r.map(|_| ()),
+            m.regs.gpr[0],
+            m.regs.rflags & (flag::CF | flag::ZF),
+        )
+    };
+    let bmi = quirks(Addr32Rep::ZeroUpper, BitScanZero::KeepsDestination);
+    let old = bmi.without_feature(CpuidFeature::BMI1);
+    assert_eq!(run(&bmi, 8), (Ok(()), 3, 0));
+    assert_eq!(run(&bmi, 0), (Ok(()), 32, flag::CF));
+    assert_eq!(run(&old, 8), (Ok(()), 3, 0));
+    assert_eq!(run(&old, 0), (Ok(()), 0x1234_5678_9abc_def0, flag::ZF));
+    let unknown = old.with_quirks(Quirks::REFUSE);
+    assert_eq!(run(&unknown, 0).0, Err(Stop::Opaque));
+    assert_eq!(run(&unknown, 8), (Ok(()), 3, 0));
+}
+
+#[test]
+fn addr32_rep_follows_the_model() {
+    // addr32 rep stosb
+    let code = [0x67, 0xf3, 0xaa];
+    let run = |model: &CpuModel, rcx: u64, rdi: u64| {
+        let table = Table::<Plain>::boxed(model);
+        let mut m = machine(&code);
+        m.regs.gpr[1] = rcx;
+        m.regs.gpr[7] = rdi;
+        let r = step(&mut m, &table, &mut cache());
+        (r.map(|_| ()), m.regs.gpr[1], m.regs.gpr[7])
+    };
+    let keeps = BitScanZero::KeepsDestination;
+    let high = 0x1_0000_0000;
+    assert_eq!(
+        run(
+            &quirks(Addr32Rep::ZeroUpper, keeps),
+            high | 1,
+            high | 0x1800
+        ),
+        (Ok(()), 0, 0x1801)
+    );
+    assert_eq!(
+        run(
+            &quirks(Addr32Rep::KeepCountUpper, keeps),
+            high | 1,
+            high | 0x1800
+        ),
+        (Ok(()), high, 0x1801)
+    );
+    assert_eq!(
+        run(&quirks(Addr32Rep::KeepCountUpper, keeps), high, 0x1800),
+        (Ok(()), high, 0x1800)
+    );
+    let refuse = quirks(Addr32Rep::Refuse, keeps);
+    assert_eq!(
+        run(&refuse, high | 1, 0x1800),
+        (Err(Stop::Opaque), high | 1, 0x1800)
+    );
+    assert_eq!(run(&refuse, 1, high | 0x1800).0, Err(Stop::Opaque));
+    // With the upper halves zero, every CPU agrees.
+    assert_eq!(run(&refuse, 1, 0x1800), (Ok(()), 0, 0x1801));
+}
+
+#[test]
+fn the_host_model_is_measured_from_this_cpu() {
+    let host = CpuModel::host();
+    eprintln!("{host}");
+    assert_eq!(host.name(), "host");
+    assert!(host.enables(xcr0::X87 | xcr0::SSE));
+    let avx2 = std::arch::is_x86_feature_detected!("avx2");
+    let avx512 = std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl");
+    assert_eq!(host.supports(Code::VEX_Vpcmpeqb_ymm_ymm_ymmm256), avx2);
+    assert_eq!(host.supports(Code::EVEX_Vpcmpeqb_kr_k1_ymm_ymmm256), avx512);
+    assert_eq!(
+        host.supports(Code::Tzcnt_r32_rm32),
+        std::arch::is_x86_feature_detected!("bmi1")
+    );
+    let table = Table::<Plain>::boxed(&host);
+    assert_eq!(table.model(), &host);
+    assert!(table.implements(Code::Tzcnt_r32_rm32), "as tzcnt or as bsf");
 }

@@ -9,7 +9,7 @@ mod harness;
 use harness::native::{self, CODE, DATA, ENTRY};
 use harness::{make_case, RegionMemory, Rng};
 use iced_x86::Mnemonic;
-use x86_sem::{Cpu, CpuState, DecodeCache, Insn, MemError, Memory, Stop, Table};
+use x86_sem::{Cpu, CpuModel, CpuState, DecodeCache, Insn, MemError, Memory, Stop, Table};
 
 /// The harness memory, except that access number `fail_at` (counting from
 /// 1) faults, or is refused.
@@ -67,7 +67,7 @@ fn a_failed_access_changes_nothing() {
     let vectors = harness::vectors::load("forms.txt");
     let _lock = native::lock();
     let fs = native::fs_base();
-    let table = Table::<FailingCpu>::new();
+    let table = Table::<FailingCpu>::boxed(&CpuModel::every_feature());
     let mut cache = DecodeCache::new(vec![Insn::empty(); 16]).unwrap();
     let mut failures = Vec::new();
     let mut stops = 0;

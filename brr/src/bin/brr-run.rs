@@ -27,7 +27,8 @@ OPTIONS:
                       (key = value lines; brr/timing.conf holds the defaults,
                       the paper's core) and print its report to stderr:
                       instructions, cycles, CPI, MPKI, counts per branch kind
-    --stats           print instructions, time, MIPS and brr counts to stderr
+    --stats           print instructions, time, MIPS and brr counts to stderr,
+                      and the CPU model emulated (this machine's, measured)
     -h, --help        this text
 ";
 
@@ -100,6 +101,10 @@ fn real_main() -> Result<i32> {
             g.brr_executed,
             g.brr_taken,
             status
+        );
+        eprintln!(
+            "brr-run: emulated CPU model: {}",
+            brr::emu::emulated_model()
         );
     }
     Ok(status)

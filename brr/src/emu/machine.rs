@@ -9,7 +9,20 @@ use super::mem::GuestMemory;
 use crate::encoding::Brr;
 use crate::lfsr::Lfsr;
 use iced_x86::{Code, Instruction};
-use x86_sem::{gpr, BranchKind, CpuState, DecodeCache, Insn, Registers, Retired, Stop, Table};
+use std::sync::OnceLock;
+use x86_sem::{
+    gpr, BranchKind, CpuModel, CpuState, DecodeCache, Insn, Registers, Retired, Stop, Table,
+};
+
+/// The CPU brr emulates: this machine's, as x86-sem measures it
+/// (`CpuModel::host`: CPUID, XCR0 and the quirk probes), so that a guest
+/// runs under brr as it runs natively here, and brr's differential tests
+/// compare like with like. A form this CPU lacks stops the run as #UD
+/// would. Measured once.
+pub fn emulated_model() -> &'static CpuModel {
+    static MODEL: OnceLock<CpuModel> = OnceLock::new();
+    MODEL.get_or_init(CpuModel::host)
+}
 
 /// Entries of the decoded-instruction cache (a power of two).
 pub const ICACHE_ENTRIES: usize = 1 << 16;
@@ -83,7 +96,7 @@ pub struct Machine {
 impl Machine {
     /// Builds the table and the empty cache (all allocation happens here).
     pub fn new(regs: CpuState, mem: GuestMemory, lfsr: Lfsr) -> Self {
-        let mut table = Box::new(Table::new());
+        let mut table = Table::boxed(emulated_model());
         table.set(Code::Ud1_r32_rm32, branch_on_random);
         let storage = vec![Insn::empty(); ICACHE_ENTRIES].into_boxed_slice();
         Machine {

@@ -7,6 +7,6 @@ pub mod machine;
 pub mod mem;
 pub mod syscall;
 
-pub use machine::{Guest, Machine};
+pub use machine::{emulated_model, Guest, Machine};
 pub use mem::GuestMemory;
 pub use x86_sem::{BranchKind, CpuState, Retired, Stop};

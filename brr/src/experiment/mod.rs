@@ -69,6 +69,11 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
         if quick { " (quick run)" } else { "" }
     );
     let _ = writeln!(md, "{}", METHOD);
+    let _ = writeln!(
+        md,
+        "Emulated CPU model: {}.\n",
+        crate::emu::emulated_model()
+    );
 
     let mut overhead_csv = String::from("workload,variant,interval,fetch_width,site_executions,instructions,cycles,cycles_none,cycles_per_site,instructions_per_site,mispredictions\n");
     let mut accuracy_csv = String::from("workload,scheme,interval,seed,samples,overlap\n");

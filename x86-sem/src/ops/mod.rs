@@ -17,6 +17,7 @@ mod forms;
 mod int;
 mod kmask;
 mod muldiv;
+pub(crate) mod quirks;
 mod shift;
 mod sse;
 mod sse42;

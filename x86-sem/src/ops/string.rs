@@ -11,7 +11,7 @@ use crate::flags::{self, mask};
 use crate::insn::Insn;
 use crate::regs::flag::{DF, STATUS, ZF};
 use crate::regs::{gpr, Registers};
-use crate::step::{Machine, Retired};
+use crate::step::{Machine, Retired, Stop};
 
 pub(crate) const MOVS: u8 = 0;
 pub(crate) const STOS: u8 = 1;
@@ -28,8 +28,39 @@ fn set_pointer<X: Machine>(x: &mut X, n: usize, v: u64, a32: bool) {
     }
 }
 
-/// The string instruction `OP` on `S`-byte elements.
+/// Addr32 quirk variants ([`crate::Addr32Rep`]): every write of ecx,
+/// esi, edi zero-extends.
+pub(crate) const ZERO_UPPER: u8 = 0;
+/// rcx[63:32] is never written.
+pub(crate) const KEEP_COUNT_UPPER: u8 = 1;
+/// Unmeasured: stop when an upper half the CPUs disagree on is non-zero.
+pub(crate) const REFUSE_UPPER: u8 = 2;
+
+/// The string instruction `OP` on `S`-byte elements, as Zen 5 and Intel
+/// run it under 0x67 ([`ZERO_UPPER`]).
+#[inline(always)]
 pub(crate) fn string<X: Machine, const OP: u8, const S: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    string_with::<X, OP, S, ZERO_UPPER>(x, i, r)
+}
+
+/// Writes ecx (or rcx) under the addr32 variant `Q`.
+#[inline(always)]
+fn set_count<X: Machine, const Q: u8>(x: &mut X, c: u64, a32: bool) {
+    if a32 && Q == KEEP_COUNT_UPPER {
+        let old = reg(x, gpr::RCX);
+        set_reg(x, gpr::RCX, (old & !0xffff_ffff) | (c & 0xffff_ffff));
+    } else {
+        set_pointer(x, gpr::RCX, c, a32);
+    }
+}
+
+/// The string instruction `OP` on `S`-byte elements, with the upper
+/// halves of rcx, rsi and rdi under 0x67 as the addr32 variant `Q` says.
+pub(crate) fn string_with<X: Machine, const OP: u8, const S: usize, const Q: u8>(
     x: &mut X,
     i: &Insn,
     r: &mut Retired,
@@ -38,6 +69,13 @@ pub(crate) fn string<X: Machine, const OP: u8, const S: usize>(
     let repne = i.instr.has_repne_prefix();
     let rep = i.instr.has_rep_prefix() || repne;
     let a32 = i.addr32;
+    if Q == REFUSE_UPPER && a32 {
+        let count = if rep { reg(x, gpr::RCX) } else { 0 };
+        let high = count | reg(x, gpr::RSI) | reg(x, gpr::RDI);
+        if high >> 32 != 0 {
+            return Err(Stop::Opaque);
+        }
+    }
     let amask = if a32 { 0xffff_ffff } else { u64::MAX };
     let step = if x.regs().rflags() & DF != 0 {
         (S as u64).wrapping_neg()
@@ -54,7 +92,7 @@ pub(crate) fn string<X: Machine, const OP: u8, const S: usize>(
                     // Measured on Zen 5 (tests/forms.txt): with no
                     // iteration to run, the CPU still writes ecx, and
                     // movs/stos their pointers, clearing the upper halves.
-                    set_pointer(x, gpr::RCX, c, true);
+                    set_count::<X, Q>(x, c, true);
                     if OP == MOVS {
                         let si = reg(x, gpr::RSI);
                         set_pointer(x, gpr::RSI, si, true);
@@ -112,7 +150,7 @@ pub(crate) fn string<X: Machine, const OP: u8, const S: usize>(
             return Ok(());
         }
         let c = reg(x, gpr::RCX).wrapping_sub(1);
-        set_pointer(x, gpr::RCX, c, a32);
+        set_count::<X, Q>(x, c, a32);
         done += 1;
         if compares {
             let zf = x.regs().rflags() & ZF != 0;

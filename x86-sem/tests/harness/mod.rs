@@ -241,13 +241,15 @@ pub fn make_case(i: &Instruction, rng: &mut Rng, fs: u64) -> Case {
     for g in &mut s.gpr {
         *g = rng.value();
     }
-    let vectors = if native::avx512() { 32 } else { 16 };
-    for v in &mut s.vec[..vectors] {
-        for half in v.chunks_mut(2) {
+    // Vector state only as far as XCR0 enables it: the rest stays zero on
+    // both sides.
+    let vectors = native::vectors();
+    for v in &mut s.vec[..vectors.registers()] {
+        for half in v[..vectors.lanes()].chunks_mut(2) {
             half.copy_from_slice(&rng.vector());
         }
     }
-    if native::avx512() {
+    if vectors == native::Vectors::Avx512 {
         for k in &mut s.k {
             *k = match rng.below(4) {
                 0 => u64::MAX,
@@ -504,13 +506,12 @@ pub fn run_native(bytes: &[u8], case: &Case) -> (Outcome, native::Ending) {
     regs.gpr = n.gpr;
     regs.rflags = n.flags;
     from_fxsave(&n.fx, &mut regs);
-    if native::avx512() {
-        regs.vec = n.zmm;
+    let vectors = native::vectors();
+    for (k, z) in n.zmm[..vectors.registers()].iter().enumerate() {
+        regs.vec[k][..vectors.lanes()].copy_from_slice(&z[..vectors.lanes()]);
+    }
+    if vectors == native::Vectors::Avx512 {
         regs.k = n.k;
-    } else {
-        for (k, z) in n.zmm[..16].iter().enumerate() {
-            regs.vec[k][..2].copy_from_slice(&z[..2]);
-        }
     }
     regs.rip = match ending {
         native::Ending::Landed(a) => a,

@@ -62,11 +62,76 @@ const _: () = assert!(std::mem::offset_of!(NativeState, zmm) == 192);
 const _: () = assert!(std::mem::offset_of!(NativeState, k) == 2240);
 const _: () = assert!(std::mem::offset_of!(NativeState, fx) == 2304);
 
-/// Whether the CPU (and kernel) run AVX-512: zmm16–31 and k0–7 are then
-/// loaded and read back too.
-pub fn avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
+/// The vector registers a run loads and reads back: as far as XCR0
+/// enables them (and the model has the instructions the stubs load them
+/// with).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Vectors {
+    /// xmm0–15.
+    Sse,
+    /// ymm0–15.
+    Avx,
+    /// zmm0–31 and k0–7.
+    Avx512,
+}
+
+impl Vectors {
+    /// 64-bit lanes of each of the first 16 vector registers.
+    pub fn lanes(self) -> usize {
+        match self {
+            Vectors::Sse => 2,
+            Vectors::Avx => 4,
+            Vectors::Avx512 => 8,
+        }
+    }
+
+    /// Vector registers.
+    pub fn registers(self) -> usize {
+        if self == Vectors::Avx512 {
+            32
+        } else {
+            16
+        }
+    }
+}
+
+/// The model the tests emulate: this CPU, or with `X86SEM_TEST_MODEL=avx2`
+/// (or `sse`) this CPU with the AVX-512 (or all VEX/EVEX) register state
+/// masked out of XCR0, or (`refuse`) with no quirk measured, to exercise
+/// the paths of other CPUs here.
+pub fn model() -> &'static x86_sem::CpuModel {
+    static MODEL: std::sync::OnceLock<x86_sem::CpuModel> = std::sync::OnceLock::new();
+    MODEL.get_or_init(|| {
+        use x86_sem::xcr0;
+        let host = x86_sem::CpuModel::host();
+        match std::env::var("X86SEM_TEST_MODEL").as_deref() {
+            Err(_) | Ok("" | "host") => host,
+            Ok("avx2") => host
+                .with_xcr0(host.xcr0() & !(xcr0::OPMASK | xcr0::ZMM_HI256 | xcr0::HI16_ZMM))
+                .with_name("host without AVX-512 state"),
+            Ok("sse") => host
+                .with_xcr0(host.xcr0() & (xcr0::X87 | xcr0::SSE))
+                .with_name("host without AVX state"),
+            Ok("refuse") => host
+                .with_quirks(x86_sem::Quirks::REFUSE)
+                .with_name("host with every quirk refused"),
+            Ok(other) => panic!("X86SEM_TEST_MODEL={other}: expected host, avx2, sse or refuse"),
+        }
+    })
+}
+
+/// What [`model`] lets a run load.
+pub fn vectors() -> Vectors {
+    use iced_x86::CpuidFeature as F;
+    use x86_sem::xcr0;
+    let m = model();
+    if m.enables(xcr0::AVX512_STATE) && m.has(F::AVX512F) && m.has(F::AVX512BW) {
+        Vectors::Avx512
+    } else if m.enables(xcr0::AVX_STATE) && m.has(F::AVX) {
+        Vectors::Avx
+    } else {
+        Vectors::Sse
+    }
 }
 
 /// How the run ended.
@@ -80,7 +145,7 @@ pub enum Ending {
     Signal { signo: i32, addr: u64, rip: u64 },
 }
 
-// Two entry stubs (SSE and AVX-512) that load the state, rsp last but
+// Three entry stubs (SSE, AVX and AVX-512) that load the state, rsp last but
 // rdi, and jump to the instruction; the handler returns to
 // x86sem_native_resume on the host stack.
 std::arch::global_asm!(
@@ -117,6 +182,51 @@ std::arch::global_asm!(
     "movdqu xmm13, [rdi + 1024]",
     "movdqu xmm14, [rdi + 1088]",
     "movdqu xmm15, [rdi + 1152]",
+    "push qword ptr [rdi + 128]",
+    "popfq",
+    "mov rax, [rdi + 0]",
+    "mov rcx, [rdi + 8]",
+    "mov rdx, [rdi + 16]",
+    "mov rbx, [rdi + 24]",
+    "mov rsp, [rdi + 32]",
+    "mov rbp, [rdi + 40]",
+    "mov rsi, [rdi + 48]",
+    "mov r8, [rdi + 64]",
+    "mov r9, [rdi + 72]",
+    "mov r10, [rdi + 80]",
+    "mov r11, [rdi + 88]",
+    "mov r12, [rdi + 96]",
+    "mov r13, [rdi + 104]",
+    "mov r14, [rdi + 112]",
+    "mov r15, [rdi + 120]",
+    "mov rdi, [rdi + 56]",
+    "jmp qword ptr [rip + x86sem_native_target]",
+    ".globl x86sem_native_enter_avx",
+    "x86sem_native_enter_avx:",
+    "push rbx",
+    "push rbp",
+    "push r12",
+    "push r13",
+    "push r14",
+    "push r15",
+    "mov [rip + x86sem_native_host_rsp], rsp",
+    "fxrstor64 [rdi + 2304]",
+    "vmovdqu ymm0, [rdi + 192]",
+    "vmovdqu ymm1, [rdi + 256]",
+    "vmovdqu ymm2, [rdi + 320]",
+    "vmovdqu ymm3, [rdi + 384]",
+    "vmovdqu ymm4, [rdi + 448]",
+    "vmovdqu ymm5, [rdi + 512]",
+    "vmovdqu ymm6, [rdi + 576]",
+    "vmovdqu ymm7, [rdi + 640]",
+    "vmovdqu ymm8, [rdi + 704]",
+    "vmovdqu ymm9, [rdi + 768]",
+    "vmovdqu ymm10, [rdi + 832]",
+    "vmovdqu ymm11, [rdi + 896]",
+    "vmovdqu ymm12, [rdi + 960]",
+    "vmovdqu ymm13, [rdi + 1024]",
+    "vmovdqu ymm14, [rdi + 1088]",
+    "vmovdqu ymm15, [rdi + 1152]",
     "push qword ptr [rdi + 128]",
     "popfq",
     "mov rax, [rdi + 0]",
@@ -218,6 +328,7 @@ std::arch::global_asm!(
 
 extern "C" {
     fn x86sem_native_enter_sse(state: *mut NativeState);
+    fn x86sem_native_enter_avx(state: *mut NativeState);
     fn x86sem_native_enter_avx512(state: *mut NativeState);
     fn x86sem_native_resume();
     static mut x86sem_native_host_rsp: u64;
@@ -260,9 +371,7 @@ pub fn lock() -> MutexGuard<'static, ()> {
 
 fn setup() {
     SETUP.call_once(|| {
-        if avx512() {
-            XSTATE.get_or_init(xstate_offsets);
-        }
+        XSTATE.get_or_init(xstate_offsets);
         map_fixed(DATA, DATA_LEN, libc::PROT_READ | libc::PROT_WRITE);
         map_fixed(
             CODE,
@@ -345,15 +454,29 @@ extern "C" fn handler(signo: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_
 }
 
 /// Offsets of the XSAVE components in the standard (signal frame) layout:
-/// YMM_Hi128, opmask, ZMM_Hi256, Hi16_ZMM (CPUID leaf 0xD).
+/// YMM_Hi128, opmask, ZMM_Hi256, Hi16_ZMM (CPUID leaf 0xD); 0 for a
+/// component the run does not read back ([`vectors`]).
 fn xstate_offsets() -> [usize; 4] {
-    [2, 5, 6, 7].map(|c| std::arch::x86_64::__cpuid_count(0xd, c).ebx as usize)
+    let v = vectors();
+    [2, 5, 6, 7].map(|c| {
+        let wanted = if c == 2 {
+            v >= Vectors::Avx
+        } else {
+            v == Vectors::Avx512
+        };
+        if wanted {
+            std::arch::x86_64::__cpuid_count(0xd, c).ebx as usize
+        } else {
+            0
+        }
+    })
 }
 
 static XSTATE: std::sync::OnceLock<[usize; 4]> = std::sync::OnceLock::new();
 
 /// Reads the upper halves of ymm/zmm0–15, zmm16–31 and k0–7 from the XSAVE
-/// area after the legacy region `fp` points to; a component whose
+/// area after the legacy region `fp` points to, as far as [`vectors`]
+/// loads them (the rest of `s` is left as it was); a component whose
 /// XSTATE_BV bit is clear is in its initial state (zero).
 ///
 /// # Safety
@@ -367,6 +490,9 @@ unsafe fn read_xstate(fp: *const u8, s: &mut NativeState) {
     unsafe {
         let bv = std::ptr::read_unaligned(fp.add(512) as *const u64);
         let q = |off: usize| std::ptr::read_unaligned(fp.add(off) as *const u64);
+        if ymm == 0 {
+            return;
+        }
         for n in 0..16 {
             for l in 0..2 {
                 s.zmm[n][2 + l] = if bv & (1 << 2) != 0 {
@@ -375,6 +501,11 @@ unsafe fn read_xstate(fp: *const u8, s: &mut NativeState) {
                     0
                 };
             }
+        }
+        if zmm_hi == 0 {
+            return;
+        }
+        for n in 0..16 {
             for l in 0..4 {
                 s.zmm[n][4 + l] = if bv & (1 << 6) != 0 {
                     q(zmm_hi + 32 * n + 8 * l)
@@ -476,10 +607,10 @@ pub fn run(state: &NativeState, len: usize) -> (NativeState, Ending) {
         x86sem_native_target = ENTRY;
         let mut s = *state;
         RUNNING.store(true, std::sync::atomic::Ordering::SeqCst);
-        if avx512() {
-            x86sem_native_enter_avx512(&mut s);
-        } else {
-            x86sem_native_enter_sse(&mut s);
+        match vectors() {
+            Vectors::Avx512 => x86sem_native_enter_avx512(&mut s),
+            Vectors::Avx => x86sem_native_enter_avx(&mut s),
+            Vectors::Sse => x86sem_native_enter_sse(&mut s),
         }
         RUNNING.store(false, std::sync::atomic::Ordering::SeqCst);
         let c = &*std::ptr::addr_of!(CAPTURE);
