@@ -165,7 +165,7 @@ pub fn modules_from_maps(maps: &[Mapping]) -> Vec<Module> {
     }
     let mut modules = Vec::new();
     for (path, maps) in by_path {
-        let exec: Vec<Mapping> = maps
+        let mut exec: Vec<Mapping> = maps
             .iter()
             .filter(|m| m.is_exec())
             .map(|m| (*m).clone())
@@ -175,14 +175,34 @@ pub fn modules_from_maps(maps: &[Mapping]) -> Vec<Module> {
         }
         let load_address = maps.iter().map(|m| m.start - m.offset).min().unwrap_or(0);
         let facts = elf_facts(Path::new(path));
+        let file_mapping = |m: &Mapping| FileMapping {
+            start: m.start,
+            pgoff: m.offset,
+            executable: m.is_exec(),
+        };
         let (bias, layout, build_id, rseq_section) = match facts {
             Some(f) => {
-                let text = FileMapping {
-                    start: exec[0].start,
-                    pgoff: exec[0].offset,
-                    executable: true,
-                };
-                let bias = f.layout.load_bias(&text).unwrap_or(load_address);
+                // The load the loader made maps the file's start (its ELF
+                // header); the first executable mapping stands in for it
+                // when no mapping holds offset 0.
+                let anchor = maps
+                    .iter()
+                    .find(|m| m.offset == 0)
+                    .copied()
+                    .unwrap_or(&exec[0]);
+                let bias = f
+                    .layout
+                    .load_bias(&file_mapping(anchor))
+                    .unwrap_or(load_address);
+                // A second copy of the file's code at another bias (node
+                // remaps V8's embedded builtins next to its JIT code) is not
+                // this module's: one module has one bias in every output,
+                // and llvm-profgen takes one base per binary. A trace that
+                // reaches such a copy ends there (outside_mappings).
+                exec.retain(|m| f.layout.load_bias(&file_mapping(m)) == Some(bias));
+                if exec.is_empty() {
+                    continue;
+                }
                 (bias, f.layout, f.build_id, f.rseq_section)
             }
             None => (load_address, ElfLayout::default(), None, None),
@@ -272,5 +292,31 @@ mod tests {
         assert!(m.profile_offset(here) < std::fs::metadata(&me).unwrap().len());
         assert!(m.layout.is_code(m.vaddr_of(here)));
         assert!(m.build_id.is_some());
+    }
+
+    /// A second mapping of the module's code at another bias (as node
+    /// maps V8's embedded builtins a second time, next to its JIT code) is
+    /// left out: the module keeps its loader's mappings and its bias.
+    #[test]
+    fn a_second_copy_of_the_code_at_another_bias_is_not_the_module() {
+        let mut maps = read_self_maps().unwrap();
+        let me = std::env::current_exe().unwrap();
+        let text = maps
+            .iter()
+            .find(|m| m.is_exec() && Path::new(&m.path) == me)
+            .cloned()
+            .expect("the test binary's text is mapped");
+        let alone = modules_from_maps(&maps);
+        let before = alone.iter().find(|m| m.path == me).unwrap();
+        let mut copy = text.clone();
+        copy.start = 0x7e00_0000_0000;
+        copy.end = copy.start + (text.end - text.start);
+        maps.push(copy.clone());
+        let modules = modules_from_maps(&maps);
+        let m = modules.iter().find(|m| m.path == me).unwrap();
+        assert_eq!(m.bias, before.bias);
+        assert_eq!(m.exec.len(), before.exec.len());
+        assert!(!m.contains(copy.start));
+        assert!(m.contains(text.start));
     }
 }
