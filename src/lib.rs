@@ -6,18 +6,31 @@
 //! thread, recording bursts of consecutive taken branches (LBR-like traces)
 //! without a hardware LBR. See DESIGN.md for the algorithm.
 //!
-//! Layers, data flowing down the list: `sys` (syscalls), `decode`
-//! (look-ahead, branch forms), `trace` (handlers, per-thread state),
-//! `buffer` (trace buffers and queues), `aggregate` (worker), `modules` and
-//! `output` (writer), `control` (socket, session, preload surface).
+//! Floors, from the ground up; an import only ever points down (see
+//! ARCHITECTURE.md):
+//!
+//! - `sys` (the only syscalls, ioctls and sigaction; fault-safe loads),
+//!   `sync` (spin locks a fork child can reset, the fork guard), `panic`
+//!   (the library never unwinds into its host);
+//! - `modules` (/proc/self/maps, ELF facts), `exec_map` (the handlers'
+//!   table of code, rseq and immutable ranges), `buffer` (branch entries,
+//!   trace ends, the preallocated trace buffers and their queues);
+//! - `decode` (iced look-ahead, branch forms), `emulate` (the x86-sem core
+//!   on live memory);
+//! - `trace` (per-thread state, the handlers, the look-ahead modes);
+//! - `aggregate`, `output` (traces to ranges and counts to files);
+//! - `control` (socket, session, configuration, terminate), then its
+//!   `preload` surface (the interposers and the constructor).
 
 pub mod aggregate;
 pub mod buffer;
 pub mod control;
 pub mod decode;
 pub mod emulate;
+pub mod exec_map;
 pub mod modules;
 pub mod output;
+pub mod panic;
 pub mod sync;
 pub mod sys;
 pub mod trace;

@@ -18,7 +18,7 @@
 use std::ffi::c_void;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use crate::sys;
@@ -35,19 +35,12 @@ static SOCKET_OWNER: AtomicI32 = AtomicI32::new(0);
 /// Pid of the process whose session was autostarted (0: none). A vfork
 /// child shares our memory but not our pid: it must not stop our session.
 static AUTOSTARTED: AtomicI32 = AtomicI32::new(0);
-static PRELOADED: AtomicBool = AtomicBool::new(false);
 /// The control socket's listening descriptor (-1: none): a fork child
 /// closes its copy.
 static LISTENER_FD: AtomicI32 = AtomicI32::new(-1);
 
 fn env(key: &str) -> Option<String> {
     std::env::var(key).ok()
-}
-
-/// Whether this library was loaded with LD_PRELOAD (and so is not part of
-/// the application).
-pub fn is_preloaded() -> bool {
-    PRELOADED.load(Ordering::Acquire)
 }
 
 fn preloaded() -> bool {
@@ -171,49 +164,11 @@ extern "C" fn after_fork_in_child() {
     }
 }
 
-/// The thread inside [`catching_panics`], 0 if none.
-static CATCHING_TID: AtomicI32 = AtomicI32::new(0);
-
-/// Runs `f` with a panic in it unwound and returned as an error, as
-/// `catch_unwind` does; only the control thread does this, for requests,
-/// where unwinding frees nothing another thread holds. Elsewhere the panic
-/// hook aborts.
-pub(crate) fn catching_panics<R>(
-    f: impl FnOnce() -> R + std::panic::UnwindSafe,
-) -> std::thread::Result<R> {
-    CATCHING_TID.store(sys::gettid(), Ordering::Relaxed);
-    let r = std::panic::catch_unwind(f);
-    CATCHING_TID.store(0, Ordering::Relaxed);
-    r
-}
-
-/// The panic hook: the message, formatted into a stack buffer and written
-/// with write(2) (the panic may come from a signal handler that interrupted
-/// malloc), then abort, before any unwinding starts: what `panic = "abort"`
-/// does, for the library's copy of std only. (The profile setting cannot
-/// be used: `cargo test` then fails to link test binaries built to unwind
-/// against the dependencies built to abort.) Unwinding would run
-/// destructors and allocate the exception in whatever context the panic
-/// came from. Only [`catching_panics`] on the control thread unwinds.
-fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
-    let mut buf = [0u8; 512];
-    let mut out = std::io::Cursor::new(&mut buf[..]);
-    let _ = std::io::Write::write_fmt(
-        &mut out,
-        format_args!("breakdance: internal error: {info}\n"),
-    );
-    let n = out.position() as usize;
-    sys::write_stderr(&buf[..n]);
-    if CATCHING_TID.load(Ordering::Relaxed) != sys::gettid() {
-        crate::fatal(b"breakdance: aborting the process: the tracer cannot recover from this\n");
-    }
-}
-
 extern "C" fn init() {
-    if !preloaded() || PRELOADED.swap(true, Ordering::AcqRel) {
+    if !preloaded() || super::mark_preloaded() {
         return;
     }
-    std::panic::set_hook(Box::new(on_panic));
+    crate::panic::install_hook();
     if env("BREAKDANCE_FAILPOINT").as_deref() == Some("sample-panic") {
         crate::trace::handler::PANIC_AT_SAMPLE.store(true, Ordering::Relaxed);
     }

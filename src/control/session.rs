@@ -17,12 +17,12 @@ use std::time::Duration;
 use crate::aggregate::{self, Aggregate};
 use crate::buffer::AbortReason;
 use crate::decode;
+use crate::exec_map::MemoryLayout;
 use crate::modules::{self, Module};
 use crate::output::{self, SessionReport};
 use crate::sync::{self, SpinLock};
 use crate::sys;
 use crate::trace::counters::CounterValues;
-use crate::trace::exec_map::MemoryLayout;
 use crate::trace::threads::{self, RegisterError, SamplingEvent};
 use crate::trace::{self, chain, handler, Closer, Tracer};
 
@@ -168,7 +168,7 @@ fn warm_up() {
 /// part of that program and is traced with it.
 fn traced_modules(maps: &[modules::Mapping]) -> Vec<Module> {
     let own_code = traced_modules as *const () as usize as u64;
-    let preloaded = super::preload::is_preloaded();
+    let preloaded = super::is_preloaded();
     modules::modules_from_maps(maps)
         .into_iter()
         .filter(|m| !(preloaded && m.contains(own_code)))

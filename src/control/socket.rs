@@ -80,7 +80,7 @@ pub fn handle_line(line: &[u8]) -> String {
             ))
         }
     };
-    super::preload::catching_panics(|| handle_request(text))
+    crate::panic::catching_panics(|| handle_request(text))
         .unwrap_or_else(|_| error_line("internal error (see stderr)"))
 }
 

@@ -17,6 +17,8 @@ pub mod form;
 use iced_x86::{Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction};
 use iced_x86::{Mnemonic, OpKind, Register};
 
+use crate::exec_map::ExecMap;
+
 pub use form::{BranchForm, BranchKind, Condition, Gpr, Memory, Outcome, RegisterFile, Target};
 
 /// Straight-line instructions decoded before the look-ahead gives up
@@ -35,6 +37,39 @@ pub trait CodeSource {
     /// it, or a window of them), or `None` when `addr` is in no known
     /// executable mapping or cannot be read.
     fn code_at(&mut self, addr: u64) -> Option<&[u8]>;
+}
+
+/// Bytes of code copied per window (segments longer than that read the
+/// next window).
+const CODE_WINDOW: usize = 256;
+
+/// Code of this process, bounded by the table and copied a window at a time
+/// through fault-safe loads: a module unmapped since the table was last
+/// refreshed (a dlclose the worker has not seen yet) reads as missing, and
+/// the trace ends `outside_mappings`, where a plain read would crash the
+/// program. Only for the handlers of a session (the fault handler that
+/// makes the loads safe is installed then).
+pub struct LiveCode<'a> {
+    map: &'a ExecMap,
+    window: [u8; CODE_WINDOW],
+}
+
+impl<'a> LiveCode<'a> {
+    pub fn new(map: &'a ExecMap) -> LiveCode<'a> {
+        LiveCode {
+            map,
+            window: [0; CODE_WINDOW],
+        }
+    }
+}
+
+impl CodeSource for LiveCode<'_> {
+    fn code_at(&mut self, addr: u64) -> Option<&[u8]> {
+        let (_, end) = self.map.range_of(addr)?;
+        let want = ((end - addr) as usize).min(CODE_WINDOW);
+        let got = self.map.read_code(addr, &mut self.window[..want]);
+        (got > 0).then_some(&self.window[..got])
+    }
 }
 
 /// Why a look-ahead stopped without reaching a transfer.

@@ -25,7 +25,7 @@ use x86_sem::iced_x86::FlowControl;
 use x86_sem::{BranchKind, CpuModel, CpuState, DecodeCache, Insn, Machine, MemError, Stop, Table};
 
 use crate::buffer::{AbortReason, BranchEntry, TraceBuffer};
-use crate::trace::exec_map::ExecMap;
+use crate::exec_map::ExecMap;
 use memory::{AccessError, LiveMemory, MemoryCheck, Probe};
 use visits::Visits;
 

@@ -34,12 +34,12 @@ use crate::emulate::{context, DataflowEnd};
 use crate::sys;
 
 use super::counters::Counters;
-use super::exec_map::LiveCode;
 use super::handler::{
     arm_breakpoint, close_open_trace, disarm_breakpoint, end_trace, make_room, top_up_breakpoint,
     watch_trace, StopRegisters, Ucontext,
 };
 use super::{Lookahead, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer};
+use crate::decode::LiveCode;
 
 /// The process's own memory, read through the fault-safe load: the words
 /// a breakpoint's branch is about to read itself (its return address, its

@@ -30,7 +30,6 @@
 pub mod calibrate;
 pub mod chain;
 pub mod counters;
-pub mod exec_map;
 pub mod handler;
 pub mod lookahead;
 pub mod speculative;
@@ -48,10 +47,10 @@ use iced_x86::Instruction;
 
 use crate::buffer::{BufferPool, TraceBuffer};
 use crate::decode::{BlockCache, BranchForm};
+use crate::exec_map::ExecMap;
 use crate::sync::SpinLock;
 use crate::sys::PerfEventAttr;
 use counters::Counters;
-use exec_map::ExecMap;
 
 /// Traced threads at once; a thread beyond it runs untraced and is counted
 /// (`thread_table_full`).

@@ -25,8 +25,6 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::decode::CodeSource;
-
 /// Executable ranges the table holds; extra mappings are left out (their
 /// code then counts as `outside_mappings`).
 pub const MAX_EXEC_RANGES: usize = 1024;
@@ -294,39 +292,6 @@ fn find(sorted: &[(u64, u64)], addr: u64) -> Option<(u64, u64)> {
     let i = sorted.partition_point(|&(start, _)| start <= addr);
     let (start, end) = *sorted.get(i.checked_sub(1)?)?;
     (addr < end).then_some((start, end))
-}
-
-/// Bytes of code copied per window (segments longer than that read the
-/// next window).
-const CODE_WINDOW: usize = 256;
-
-/// Code of this process, bounded by the table and copied a window at a time
-/// through fault-safe loads: a module unmapped since the table was last
-/// refreshed (a dlclose the worker has not seen yet) reads as missing, and
-/// the trace ends `outside_mappings`, where a plain read would crash the
-/// program. Only for the handlers of a session (the fault handler that
-/// makes the loads safe is installed then).
-pub struct LiveCode<'a> {
-    map: &'a ExecMap,
-    window: [u8; CODE_WINDOW],
-}
-
-impl<'a> LiveCode<'a> {
-    pub fn new(map: &'a ExecMap) -> LiveCode<'a> {
-        LiveCode {
-            map,
-            window: [0; CODE_WINDOW],
-        }
-    }
-}
-
-impl CodeSource for LiveCode<'_> {
-    fn code_at(&mut self, addr: u64) -> Option<&[u8]> {
-        let (_, end) = self.map.range_of(addr)?;
-        let want = ((end - addr) as usize).min(CODE_WINDOW);
-        let got = self.map.read_code(addr, &mut self.window[..want]);
-        (got > 0).then_some(&self.window[..got])
-    }
 }
 
 #[cfg(test)]
