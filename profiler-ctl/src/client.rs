@@ -82,38 +82,24 @@ pub fn check_peer(stream: &UnixStream, socket: &Path, expected: Peer) -> Result<
     }
 }
 
-/// The control socket of the library-loaded process `pid`, found as the
-/// library finds it (src/control/socket_path.rs), from that process's own
-/// environment when we may read it (else from ours): `BREAKDANCE_SOCKET`,
-/// else `$XDG_RUNTIME_DIR/breakdance.PID.sock`, else
-/// `$TMPDIR/breakdance-UID/breakdance.PID.sock` (TMPDIR: /tmp when unset).
+/// The control socket of the library-loaded process `pid`, found by the
+/// library's own rule (`breakdance_protocol::socket_path`) from that
+/// process's environment when we may read it (else from ours).
 pub fn default_socket(pid: u32) -> PathBuf {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).ok();
     let get = |key: &str| -> Option<String> {
-        let value = match &environ {
+        match &environ {
             Some(bytes) => bytes
                 .split(|&b| b == 0)
                 .find_map(|entry| entry.strip_prefix(format!("{key}=").as_bytes()))
                 .map(|v| String::from_utf8_lossy(v).into_owned()),
             None => std::env::var(key).ok(),
-        };
-        value.filter(|v| !v.is_empty())
+        }
     };
-    if let Some(explicit) = get("BREAKDANCE_SOCKET") {
-        return PathBuf::from(explicit);
-    }
-    let name = format!("breakdance.{pid}.sock");
-    let absolute = |key: &str| get(key).filter(|v| v.starts_with('/')).map(PathBuf::from);
-    if let Some(runtime) = absolute("XDG_RUNTIME_DIR") {
-        return runtime.join(name);
-    }
     let uid = std::fs::metadata(format!("/proc/{pid}"))
         .map(|m| m.uid())
         .unwrap_or_else(|_| crate::trust::euid());
-    absolute("TMPDIR")
-        .unwrap_or_else(|| PathBuf::from("/tmp"))
-        .join(format!("breakdance-{uid}"))
-        .join(name)
+    breakdance_protocol::socket_path::socket_place(pid as i32, uid, get).path()
 }
 
 /// Sends `request` to the control socket at `socket`, served by `peer`,

@@ -11,7 +11,9 @@
 //!   (trace length, events, look-ahead modes, default paths), shared by the
 //!   library's parser and profiler-ctl's command line;
 //! - [`elf_layout`]: the rule that turns runtime addresses into the ELF
-//!   virtual addresses and profile offsets every output names code by.
+//!   virtual addresses and profile offsets every output names code by;
+//! - [`socket_path`]: where a process's control socket lives, for the
+//!   library that binds it and profiler-ctl that finds it.
 //!
 //! The crate is on the ground floor: it imports nothing of the tracer.
 
@@ -19,6 +21,7 @@ mod control;
 mod counters;
 pub mod elf_layout;
 mod options;
+pub mod socket_path;
 mod summary;
 
 pub use control::{Request, RequestError, StatusReply};

@@ -48,16 +48,16 @@ fn preloaded() -> bool {
 }
 
 /// Where the control socket goes: BREAKDANCE_SOCKET, else a per-pid path
-/// in a private directory (see `socket_path`).
+/// in a private directory (see `breakdance_protocol::socket_path`).
 fn socket_place() -> SocketPlace {
-    socket_path::socket_path(sys::getpid(), sys::geteuid(), env)
+    breakdance_protocol::socket_path::socket_place(sys::getpid(), sys::geteuid(), env)
 }
 
 fn start_control_thread() {
     let place = socket_place();
     let path = place.path();
     let explicit = matches!(place, SocketPlace::Explicit(_));
-    match place.bind() {
+    match socket_path::bind(&place) {
         Ok(listener) => {
             SOCKET_OWNER.store(sys::getpid(), Ordering::Release);
             LISTENER_FD.store(listener.as_raw_fd(), Ordering::Release);

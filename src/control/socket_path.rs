@@ -1,17 +1,13 @@
-//! Where the control socket lives, and binding it so that no one else can
-//! take its place or reach it.
+//! Binding the control socket so that no one else can take its place or
+//! reach it. Where it lives is `breakdance_protocol::socket_path`'s rule,
+//! which profiler-ctl follows too (from the program's `/proc/PID/environ`).
 //!
-//! `BREAKDANCE_SOCKET` names it outright. Otherwise it is
-//! `DIR/breakdance.<pid>.sock` in a directory only the process's user can
-//! enter: `$XDG_RUNTIME_DIR` when set, else `$TMPDIR/breakdance-<uid>`
-//! (`/tmp` without TMPDIR), created mode 0700. Either directory is checked
-//! on every use (it must be a real directory, not a symlink, owned by the
-//! effective uid, with no access for group or others) and refused with a
-//! message naming it when it is not: another user who created
-//! `/tmp/breakdance-0` first gets a refusal, not our socket.
-//!
-//! profiler-ctl finds the same path from the program's environment
-//! (`/proc/PID/environ`); both sides follow the rules written here.
+//! The default directory (`$XDG_RUNTIME_DIR`, or `$TMPDIR/breakdance-<uid>`
+//! created mode 0700) is checked on every use (it must be a real
+//! directory, not a symlink, owned by the effective uid, with no access for
+//! group or others) and refused with a message naming it when it is not:
+//! another user who created `/tmp/breakdance-0` first gets a refusal, not
+//! our socket.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -20,6 +16,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
 use crate::sys;
+pub use breakdance_protocol::socket_path::SocketPlace;
 
 /// Why the default socket directory was refused.
 #[derive(Debug, thiserror::Error)]
@@ -108,69 +105,14 @@ impl PrivateDir {
     }
 }
 
-/// The file name of the socket of process `pid`.
-pub fn socket_name(pid: i32) -> String {
-    format!("breakdance.{pid}.sock")
-}
-
-/// An absolute, non-empty value of `var` (relative ones are ignored, as
-/// the XDG base directory rules say).
-fn absolute_var(get: &impl Fn(&str) -> Option<String>, var: &str) -> Option<PathBuf> {
-    get(var).filter(|v| v.starts_with('/')).map(PathBuf::from)
-}
-
-/// Where the control socket of process `pid` goes, read from `get` (the
-/// environment), and whether it was named outright (BREAKDANCE_SOCKET).
-pub fn socket_path(pid: i32, uid: u32, get: impl Fn(&str) -> Option<String>) -> SocketPlace {
-    if let Some(p) = get("BREAKDANCE_SOCKET").filter(|s| !s.is_empty()) {
-        return SocketPlace::Explicit(PathBuf::from(p));
-    }
-    match absolute_var(&get, "XDG_RUNTIME_DIR") {
-        Some(dir) => SocketPlace::Private {
-            dir,
-            name: socket_name(pid),
-            create: false,
-        },
-        None => SocketPlace::Private {
-            dir: absolute_var(&get, "TMPDIR")
-                .unwrap_or_else(|| PathBuf::from("/tmp"))
-                .join(format!("breakdance-{uid}")),
-            name: socket_name(pid),
-            create: true,
-        },
-    }
-}
-
-/// A socket path, and how it must be bound.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SocketPlace {
-    /// Named by the user: bound where it says.
-    Explicit(PathBuf),
-    /// `dir/name`, with `dir` checked (and created when `create`).
-    Private {
-        dir: PathBuf,
-        name: String,
-        create: bool,
-    },
-}
-
-impl SocketPlace {
-    pub fn path(&self) -> PathBuf {
-        match self {
-            SocketPlace::Explicit(p) => p.clone(),
-            SocketPlace::Private { dir, name, .. } => dir.join(name),
-        }
-    }
-
-    /// Binds the socket (see [`bind_at`]); a default directory that fails
-    /// its checks is refused.
-    pub fn bind(&self) -> Result<UnixListener, BindError> {
-        match self {
-            SocketPlace::Explicit(p) => bind_at(p).map_err(BindError::Socket),
-            SocketPlace::Private { dir, name, create } => {
-                let private = PrivateDir::open(dir, *create)?;
-                bind_at(&private.via.join(name)).map_err(BindError::Socket)
-            }
+/// Binds the socket at `place` (see [`bind_at`]); a default directory that
+/// fails its checks is refused.
+pub fn bind(place: &SocketPlace) -> Result<UnixListener, BindError> {
+    match place {
+        SocketPlace::Explicit(p) => bind_at(p).map_err(BindError::Socket),
+        SocketPlace::Private { dir, name, create } => {
+            let private = PrivateDir::open(dir, *create)?;
+            bind_at(&private.via.join(name)).map_err(BindError::Socket)
         }
     }
 }
@@ -218,34 +160,6 @@ mod tests {
         dir
     }
 
-    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            vars.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    }
-
-    #[test]
-    fn the_environment_picks_the_place() {
-        assert_eq!(
-            socket_path(7, 0, env(&[("BREAKDANCE_SOCKET", "/s")])).path(),
-            PathBuf::from("/s")
-        );
-        assert_eq!(
-            socket_path(7, 0, env(&[("XDG_RUNTIME_DIR", "/run/user/0")])).path(),
-            PathBuf::from("/run/user/0/breakdance.7.sock")
-        );
-        assert_eq!(
-            socket_path(7, 1000, env(&[("TMPDIR", "/var/tmp")])).path(),
-            PathBuf::from("/var/tmp/breakdance-1000/breakdance.7.sock")
-        );
-        assert_eq!(
-            socket_path(7, 0, env(&[("XDG_RUNTIME_DIR", "run"), ("TMPDIR", "")])).path(),
-            PathBuf::from("/tmp/breakdance-0/breakdance.7.sock")
-        );
-    }
-
     #[test]
     fn a_private_directory_is_made_and_checked() {
         let base = scratch("private");
@@ -255,14 +169,14 @@ mod tests {
             name: "s.sock".into(),
             create: true,
         };
-        let _listener = place.bind().unwrap();
+        let _listener = bind(&place).unwrap();
         let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&dir.join("s.sock")), 0o600);
-        assert!(place.bind().is_err(), "a live socket must not be replaced");
+        assert!(bind(&place).is_err(), "a live socket must not be replaced");
 
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let e = place.bind().unwrap_err().to_string();
+        let e = bind(&place).unwrap_err().to_string();
         assert!(e.contains("has mode 755"), "{e}");
         let linked = base.join("linked");
         std::os::unix::fs::symlink(&dir, &linked).unwrap();

@@ -600,7 +600,8 @@ pub fn child_of(pid: u32) -> u32 {
 pub fn default_socket(pid: u32) -> PathBuf {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    breakdance::control::socket_path::socket_path(pid as i32, uid, |k| std::env::var(k).ok()).path()
+    breakdance_protocol::socket_path::socket_place(pid as i32, uid, |k| std::env::var(k).ok())
+        .path()
 }
 
 /// Waits for `socket` to exist.
