@@ -679,35 +679,6 @@ pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// "name (uid N)", or "uid N" when the user database has no such user.
-/// Not for handlers: getpwuid_r may load NSS modules.
-pub fn describe_user(uid: u32) -> String {
-    // SAFETY: passwd is plain data; zero is a valid value.
-    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    let mut buffer = [0 as libc::c_char; 1024];
-    // SAFETY: every pointer is valid for the sizes given; the name is read
-    // only when getpwuid_r says it filled `entry`.
-    let name = unsafe {
-        let ret = libc::getpwuid_r(
-            uid,
-            &mut entry,
-            buffer.as_mut_ptr(),
-            buffer.len(),
-            &mut found,
-        );
-        (ret == 0 && !found.is_null() && !entry.pw_name.is_null()).then(|| {
-            std::ffi::CStr::from_ptr(entry.pw_name)
-                .to_string_lossy()
-                .into_owned()
-        })
-    };
-    match name {
-        Some(name) => format!("{name} (uid {uid})"),
-        None => format!("uid {uid}"),
-    }
-}
-
 /// Creates a listening Unix stream socket at `path` whose file is mode 0600
 /// from the moment it exists: the socket inode's mode is set before bind,
 /// which creates the file with that mode (less the umask). A chmod after

@@ -15,33 +15,7 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// "name (uid N)", or "uid N" when the user database has no such user.
-pub fn describe_user(uid: u32) -> String {
-    // SAFETY: passwd is plain data; zero is a valid value.
-    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    let mut buffer = [0 as libc::c_char; 1024];
-    // SAFETY: every pointer is valid for the sizes given; the name is read
-    // only when getpwuid_r says it filled `entry`.
-    let name = unsafe {
-        let ret = libc::getpwuid_r(
-            uid,
-            &mut entry,
-            buffer.as_mut_ptr(),
-            buffer.len(),
-            &mut found,
-        );
-        (ret == 0 && !found.is_null() && !entry.pw_name.is_null()).then(|| {
-            std::ffi::CStr::from_ptr(entry.pw_name)
-                .to_string_lossy()
-                .into_owned()
-        })
-    };
-    match name {
-        Some(name) => format!("{name} (uid {uid})"),
-        None => format!("uid {uid}"),
-    }
-}
+pub use breakdance_protocol::user::describe_user;
 
 /// Creates the output directory if needed (mode 0700), refuses one that
 /// belongs to another user unless `force`, proves it writable with a

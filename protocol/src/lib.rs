@@ -13,7 +13,8 @@
 //! - [`elf_layout`]: the rule that turns runtime addresses into the ELF
 //!   virtual addresses and profile offsets every output names code by;
 //! - [`socket_path`]: where a process's control socket lives, for the
-//!   library that binds it and profiler-ctl that finds it.
+//!   library that binds it and profiler-ctl that finds it;
+//! - [`user`]: how both name a user in a refusal.
 //!
 //! The crate is on the ground floor: it imports nothing of the tracer.
 
@@ -23,6 +24,7 @@ pub mod elf_layout;
 mod options;
 pub mod socket_path;
 mod summary;
+pub mod user;
 
 pub use control::{Request, RequestError, StatusReply};
 pub use counters::{AbortReason, Aborts, CounterKind, Counters, Drops, Host};

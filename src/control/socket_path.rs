@@ -90,8 +90,8 @@ impl PrivateDir {
         if meta.uid() != me {
             return Err(SocketDirError::Owner {
                 dir: dir.to_path_buf(),
-                owner: sys::describe_user(meta.uid()),
-                me: sys::describe_user(me),
+                owner: breakdance_protocol::user::describe_user(meta.uid()),
+                me: breakdance_protocol::user::describe_user(me),
             });
         }
         if meta.mode() & 0o077 != 0 {

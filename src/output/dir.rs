@@ -130,8 +130,8 @@ impl OutputDir {
                 {
                     Err(DirError::ForeignSymlink {
                         path: path.to_path_buf(),
-                        owner: sys::describe_user(link.uid()),
-                        me: sys::describe_user(me),
+                        owner: breakdance_protocol::user::describe_user(link.uid()),
+                        me: breakdance_protocol::user::describe_user(me),
                     })
                 }
                 _ => Ok(()),
@@ -160,8 +160,8 @@ impl OutputDir {
         if !force && meta.uid() != me {
             return Err(DirError::Foreign {
                 path: path.to_path_buf(),
-                owner: sys::describe_user(meta.uid()),
-                me: sys::describe_user(me),
+                owner: breakdance_protocol::user::describe_user(meta.uid()),
+                me: breakdance_protocol::user::describe_user(me),
             });
         }
         let via = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
