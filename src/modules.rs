@@ -183,17 +183,19 @@ pub fn modules_from_maps(maps: &[Mapping]) -> Vec<Module> {
         let (bias, layout, build_id, rseq_section) = match facts {
             Some(f) => {
                 // The load the loader made maps the file's start (its ELF
-                // header); the first executable mapping stands in for it
-                // when no mapping holds offset 0.
-                let anchor = maps
-                    .iter()
-                    .find(|m| m.offset == 0)
-                    .copied()
-                    .unwrap_or(&exec[0]);
-                let bias = f
-                    .layout
-                    .load_bias(&file_mapping(anchor))
-                    .unwrap_or(load_address);
+                // header, in the first PT_LOAD) at the first PT_LOAD's
+                // page. Without such a mapping, the first executable one
+                // says.
+                let bias = match maps.iter().find(|m| m.offset == 0) {
+                    Some(start) => start.start.wrapping_sub(
+                        f.layout.first_load_vaddr()
+                            & !(breakdance_protocol::elf_layout::PAGE_SIZE - 1),
+                    ),
+                    None => f
+                        .layout
+                        .load_bias(&file_mapping(&exec[0]))
+                        .unwrap_or(load_address),
+                };
                 // A second copy of the file's code at another bias (node
                 // remaps V8's embedded builtins next to its JIT code) is not
                 // this module's: one module has one bias in every output,
