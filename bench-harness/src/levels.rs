@@ -16,6 +16,7 @@
 //! stops and instructions left to the CPU per trace, and CPU overhead
 //! (median profiled over median native).
 
+use crate::forms;
 use crate::profiler::{Summary, Tracer};
 use crate::report::{fmt, median, Report, Table};
 use crate::runner::{self, Cmd};
@@ -192,6 +193,23 @@ pub fn run(opts: &Options) -> Result<usize> {
             fmt(r.overhead, 3),
         ]);
     }
+    // The forms each binary's code holds that the core lacks: libc.so.6
+    // holds every ifunc variant of glibc's string functions, whichever
+    // this CPU selects.
+    let mut f = Table::new(&["binary", "forms the core lacks (static instruction count)"]);
+    let libc = PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6");
+    let binaries = std::iter::once(("libc.so.6".to_string(), libc)).chain(
+        commands
+            .iter()
+            .chain(compiled.iter())
+            .map(|(name, cmd)| (name.clone(), cmd.program.clone())),
+    );
+    for (name, binary) in binaries {
+        match forms::missing_forms(&binary) {
+            Ok(missing) => f.push(vec![name, forms::describe(&missing, 6)]),
+            Err(e) => rep.fail(&name, "forms", &e),
+        }
+    }
     rep.note(&format!(
         "Emulate mode, {LBR}-branch traces, task-clock every {} ms, the library preloaded and \
          autostarted (the application's own CPU time: user + system). {rounds} interleaved \
@@ -201,5 +219,10 @@ pub fn run(opts: &Options) -> Result<usize> {
         PERIOD_NS / 1_000_000
     ));
     rep.table("levels", "Per glibc level", &t)?;
+    rep.table(
+        "forms",
+        "Forms the core lacks in each binary's executable sections (a linear sweep, every feature)",
+        &f,
+    )?;
     rep.finish()
 }

@@ -6,6 +6,7 @@ mod autofdo;
 mod bpcost;
 mod brr_tracer;
 mod fdo;
+mod forms;
 mod levels;
 mod overhead;
 mod profiler;
