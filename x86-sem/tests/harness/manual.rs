@@ -198,8 +198,8 @@ fn status_flags(i: &Instruction, s: &CpuState) -> Expect {
         Bsf | Bsr => expect_with(STATUS, STATUS & !ZF),
         Tzcnt | Lzcnt => expect_with(STATUS, OF | SF | AF | PF),
         Popcnt => expect_with(STATUS, 0),
-        Bzhi | Blsmsk | Blsr => expect_with(STATUS, AF | PF),
-        Kortestd | Kortestq | Ktestd | Ktestq | Pcmpistri => expect_with(STATUS, 0),
+        Andn | Bzhi | Blsmsk | Blsr => expect_with(STATUS, AF | PF),
+        Kortestd | Kortestq | Ktestd | Ktestq | Pcmpistri | Xtest => expect_with(STATUS, 0),
         Ucomiss | Ucomisd | Comiss | Comisd | Fucomi | Fucomip | Fcomi | Fcomip => {
             expect_with(STATUS, 0)
         }
