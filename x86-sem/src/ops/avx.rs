@@ -251,7 +251,9 @@ pub(crate) fn mov_low<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut R
     }
 }
 
-/// Element-wise operations, named by their mnemonic.
+/// Element-wise operations, named by their mnemonic. The bitwise ones
+/// (`PAND`, `PANDN`, `POR`, `PXORQ`) serve VEX's vpand/vpandn/vpor/vpxor
+/// too, whose element size nothing observes.
 pub(crate) mod op {
     pub(crate) const PADDB: u8 = 0;
     pub(crate) const PSUBB: u8 = 1;
@@ -259,13 +261,20 @@ pub(crate) mod op {
     pub(crate) const PMINUD: u8 = 3;
     pub(crate) const PXORD: u8 = 4;
     pub(crate) const PXORQ: u8 = 5;
+    pub(crate) const PAND: u8 = 6;
+    pub(crate) const PANDN: u8 = 7;
+    pub(crate) const POR: u8 = 8;
+    /// vpcmpeqb/d, vpcmpgtb into a vector: all ones where true.
+    pub(crate) const PCMPEQB: u8 = 9;
+    pub(crate) const PCMPEQD: u8 = 10;
+    pub(crate) const PCMPGTB: u8 = 11;
 }
 
 /// Element size of an element-wise operation.
 const fn elem_size(o: u8) -> usize {
     match o {
-        op::PADDB | op::PSUBB | op::PMINUB => 1,
-        op::PMINUD | op::PXORD => 4,
+        op::PADDB | op::PSUBB | op::PMINUB | op::PCMPEQB | op::PCMPGTB => 1,
+        op::PMINUD | op::PXORD | op::PCMPEQD => 4,
         _ => 8,
     }
 }
@@ -288,12 +297,28 @@ pub(crate) fn binary<X: Machine, const OP: u8, const N: usize>(
             op::PADDB => p.wrapping_add(q),
             op::PSUBB => p.wrapping_sub(q),
             op::PMINUB | op::PMINUD => p.min(q),
+            op::PAND => p & q,
+            op::PANDN => !p & q,
+            op::POR => p | q,
+            op::PCMPEQB | op::PCMPEQD => all_ones(p == q),
+            op::PCMPGTB => all_ones(p as i8 > q as i8),
             _ => p ^ q,
         };
         set_elem(&mut out, k, e, v);
     }
     write_reg(x, i, i.op[0], &out, N, e, m);
     Ok(())
+}
+
+/// An element of all ones (a true comparison) or zeros; `set_elem` cuts
+/// it to the element's size.
+#[inline(always)]
+fn all_ones(c: bool) -> u64 {
+    if c {
+        u64::MAX
+    } else {
+        0
+    }
 }
 
 /// vpternlogd: each result bit is bit (a·4 + b·2 + c) of imm8, where a is
@@ -332,6 +357,8 @@ pub(crate) mod cmp {
     pub(crate) const TESTNMB: u8 = 6;
     pub(crate) const TESTMD: u8 = 7;
     pub(crate) const TESTNMD: u8 = 8;
+    /// vpcmpeqd k: equality of doublewords.
+    pub(crate) const EQD: u8 = 9;
 }
 
 /// k = compare(src1, src2) element-wise (`N` bytes), ANDed with the
@@ -343,7 +370,7 @@ pub(crate) fn compare<X: Machine, const OP: u8, const N: usize>(
 ) -> Flow {
     use cmp::*;
     let e = match OP {
-        CMPD | CMPUD | TESTMD | TESTNMD => 4,
+        CMPD | CMPUD | TESTMD | TESTNMD | EQD => 4,
         _ => 1,
     };
     let m = writemask(x, i);
@@ -360,7 +387,7 @@ pub(crate) fn compare<X: Machine, const OP: u8, const N: usize>(
         );
         let lt = if signed { sp < sq } else { p < q };
         let bit = match OP {
-            EQB => p == q,
+            EQB | EQD => p == q,
             TESTMB | TESTMD => p & q != 0,
             TESTNMB | TESTNMD => p & q == 0,
             _ => match pred {
@@ -402,6 +429,39 @@ pub(crate) fn broadcast<X: Machine, const E: usize, const N: usize>(
         set_elem(&mut v, k, E, one);
     }
     write_reg(x, i, i.op[0], &v, N, E, m);
+    Ok(())
+}
+
+/// vpmovmskb r32, xmm/ymm (`N` = 16/32): the byte sign bits, the
+/// register written whole (zero-extended).
+pub(crate) fn pmovmskb<X: Machine, const N: usize>(x: &mut X, i: &Insn, _r: &mut Retired) -> Flow {
+    let v = cut(*x.regs().vec(usize::from(i.op[1] - VEC)), N);
+    let m = (0..N).fold(0u64, |m, k| m | (elem(&v, k, 1) >> 7) << k);
+    super::set_reg(x, usize::from(i.op[0]), m);
+    Ok(())
+}
+
+/// vpshufb (`N` bytes): within each 128-bit lane, byte j of the result is
+/// byte (b[j] & 15) of that lane of a, or zero when bit 7 of b[j] is set.
+pub(crate) fn pshufb<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let b = read::<X, N, false>(x, i, i.op[2], r, 1, u64::MAX)?;
+    let a = read::<X, N, false>(x, i, i.op[1], r, 1, u64::MAX)?;
+    let mut out = [0u64; 8];
+    for j in 0..N {
+        let sel = elem(&b, j, 1);
+        if sel & 0x80 == 0 {
+            set_elem(&mut out, j, 1, elem(&a, j & !15 | (sel as usize & 15), 1));
+        }
+    }
+    write_reg(x, i, i.op[0], &out, N, 1, u64::MAX);
+    Ok(())
+}
+
+/// vzeroall: zmm0–15 become zero (zmm16–31 are kept).
+pub(crate) fn zeroall<X: Machine>(x: &mut X, _i: &Insn, _r: &mut Retired) -> Flow {
+    for n in 0..16 {
+        *x.regs_mut().vec_mut(n) = [0; 8];
+    }
     Ok(())
 }
 
