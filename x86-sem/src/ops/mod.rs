@@ -10,6 +10,8 @@
 //! registers as they were.
 
 mod avx;
+mod avx2;
+mod avxfp;
 mod bits;
 mod bmi;
 mod flow;

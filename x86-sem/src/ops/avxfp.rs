@@ -1,0 +1,288 @@
+//! VEX floating point (AVX): the operations of `ssefp.rs` in their
+//! three-operand VEX forms, as compilers emit them for all floating-point
+//! code at `-march=x86-64-v3` and up.
+//!
+//! A scalar form computes element 0 from the low elements of its two
+//! sources and copies bits 127:W·8 from the first source; a packed form
+//! works on every element of 16 or 32 bytes. Both zero the register
+//! above what they wrote, and neither requires memory alignment. MXCSR
+//! is honoured as in `ssefp.rs`: an unmasked exception, or MXCSR unset,
+//! stops with [`Stop::Opaque`] before anything is written.
+
+use super::avx::{elem, read, set_elem, write_reg};
+use super::sse::read_v;
+use super::ssefp::{checked, convert, element, env, format, lane, mxcsr};
+use super::Flow;
+use crate::float::{self, Env, Order, F32, F64, RZ};
+use crate::insn::{Insn, VEC};
+use crate::regs::Registers;
+use crate::step::{Machine, Retired, Stop};
+
+/// Writes a 128-bit result to vector register slot `o`, zero above.
+fn put128<X: Machine>(x: &mut X, o: u8, v: u128) {
+    let mut out = [0u64; 8];
+    out[0] = v as u64;
+    out[1] = (v >> 64) as u64;
+    *x.regs_mut().vec_mut(usize::from(o - VEC)) = out;
+}
+
+/// The body of the scalar forms: element 0 of op[2] (`W` bytes, memory or
+/// register) and of op[1] go to `f` under MXCSR.
+fn scalar_with<X: Machine, const W: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+    f: impl FnOnce(&mut Env, u128, u128) -> u128,
+) -> Flow {
+    let b = read_v::<X, W, false>(x, i, i.op[2], r)?;
+    let a = x.regs().xmm(usize::from(i.op[1] - VEC));
+    let mxcsr = mxcsr(x)?;
+    let mut e = env(mxcsr);
+    let y = f(&mut e, lane(a, W, 0), lane(b, W, 0));
+    let m = checked(mxcsr, &e)?;
+    let low = (1u128 << (W * 8)) - 1;
+    put128(x, i.op[0], (a & !low) | y);
+    x.regs_mut().set_mxcsr(m);
+    Ok(())
+}
+
+/// The body of the packed forms: each `W`-byte element of op[1] and op[2]
+/// (`N` bytes) go to `f` under MXCSR.
+fn packed_with<X: Machine, const W: usize, const N: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+    mut f: impl FnMut(&mut Env, u128, u128) -> u128,
+) -> Flow {
+    let b = read::<X, N, false>(x, i, i.op[2], r, W, u64::MAX)?;
+    let a = read::<X, N, false>(x, i, i.op[1], r, W, u64::MAX)?;
+    let mxcsr = mxcsr(x)?;
+    let mut e = env(mxcsr);
+    let mut out = [0u64; 8];
+    for k in 0..N / W {
+        let y = f(
+            &mut e,
+            u128::from(elem(&a, k, W)),
+            u128::from(elem(&b, k, W)),
+        );
+        set_elem(&mut out, k, W, y as u64);
+    }
+    let m = checked(mxcsr, &e)?;
+    write_reg(x, i, i.op[0], &out, N, W, u64::MAX);
+    x.regs_mut().set_mxcsr(m);
+    Ok(())
+}
+
+/// vaddss/sd, vsubs…, vmuls…, vdivs…, vmins…, vmaxs…, vsqrts….
+pub(crate) fn scalar<X: Machine, const OP: u8, const W: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    scalar_with::<X, W>(x, i, r, |e, a, b| element::<OP>(e, format(W), a, b))
+}
+
+/// vaddps/pd, vsubp…, vmulp…, vdivp…, vminp…, vmaxp… of `N` bytes.
+pub(crate) fn packed<X: Machine, const OP: u8, const W: usize, const N: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    packed_with::<X, W, N>(x, i, r, |e, a, b| element::<OP>(e, format(W), a, b))
+}
+
+/// One VEX comparison predicate (imm8[4:0]) of `a` and `b`: all ones when
+/// it holds. Predicates 16–31 are 0–15 with the signalling of QNaNs
+/// inverted (Intel SDM vol. 2, CMPPD, table 3-1).
+fn predicate(e: &mut Env, w: usize, pred: u64, a: u128, b: u128) -> u128 {
+    let a = float::unpack(format(w), a, e.daz);
+    let b = float::unpack(format(w), b, e.daz);
+    let signals = matches!(pred & 15, 1 | 2 | 5 | 6 | 9 | 10 | 13 | 14) != (pred & 16 != 0);
+    let o = float::compare(e, a, b, signals);
+    let (lt, eq, gt, un) = (
+        o == Order::Less,
+        o == Order::Equal,
+        o == Order::Greater,
+        o == Order::Unordered,
+    );
+    let t = match pred & 15 {
+        0 => eq,
+        1 => lt,
+        2 => lt || eq,
+        3 => un,
+        4 => !eq,
+        5 => !lt,
+        6 => !(lt || eq),
+        7 => !un,
+        8 => eq || un,
+        9 => lt || un,
+        10 => lt || eq || un,
+        11 => false,
+        12 => lt || gt,
+        13 => gt || eq,
+        14 => gt,
+        _ => true,
+    };
+    if t {
+        (1u128 << (w * 8)) - 1
+    } else {
+        0
+    }
+}
+
+/// vcmpss/sd xmm1, xmm2, xmm3/m, imm8.
+pub(crate) fn cmp_scalar<X: Machine, const W: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let pred = i.imm & 31;
+    scalar_with::<X, W>(x, i, r, |e, a, b| predicate(e, W, pred, a, b))
+}
+
+/// vcmpps/pd of `N` bytes.
+pub(crate) fn cmp_packed<X: Machine, const W: usize, const N: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let pred = i.imm & 31;
+    packed_with::<X, W, N>(x, i, r, |e, a, b| predicate(e, W, pred, a, b))
+}
+
+/// vcvtsi2ss/sd xmm1, xmm2, r/m32 or r/m64 (`S` bytes).
+pub(crate) fn from_int<X: Machine, const W: usize, const S: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let v = super::read::<X, S>(x, i, i.op[2], r)?;
+    let v = if S == 4 {
+        i64::from(v as u32 as i32)
+    } else {
+        v as i64
+    };
+    let a = x.regs().xmm(usize::from(i.op[1] - VEC));
+    let mxcsr = mxcsr(x)?;
+    let mut e = env(mxcsr);
+    let y = float::from_int(&mut e, format(W), v);
+    let m = checked(mxcsr, &e)?;
+    let low = (1u128 << (W * 8)) - 1;
+    put128(x, i.op[0], (a & !low) | y);
+    x.regs_mut().set_mxcsr(m);
+    Ok(())
+}
+
+/// vcvtss2sd (`W` = 4) and vcvtsd2ss (`W` = 8) xmm1, xmm2, xmm3/m.
+pub(crate) fn convert_scalar<X: Machine, const W: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let b = read_v::<X, W, false>(x, i, i.op[2], r)?;
+    let a = x.regs().xmm(usize::from(i.op[1] - VEC));
+    let mxcsr = mxcsr(x)?;
+    let mut e = env(mxcsr);
+    let to = if W == 4 { 8 } else { 4 };
+    let y = convert(&mut e, format(W), format(to), lane(b, W, 0));
+    let m = checked(mxcsr, &e)?;
+    let low = (1u128 << (to * 8)) - 1;
+    put128(x, i.op[0], (a & !low) | y);
+    x.regs_mut().set_mxcsr(m);
+    Ok(())
+}
+
+/// Packed conversions (VEX), named by their mnemonic.
+pub(crate) const DQ2PS: u8 = 0;
+pub(crate) const TPS2DQ: u8 = 1;
+pub(crate) const PS2DQ: u8 = 2;
+pub(crate) const TPD2DQ: u8 = 3;
+pub(crate) const PD2DQ: u8 = 4;
+pub(crate) const PD2PS: u8 = 5;
+pub(crate) const DQ2PD: u8 = 6;
+pub(crate) const PS2PD: u8 = 7;
+
+/// vcvtdq2ps, vcvt(t)ps2dq (`N` bytes in and out), vcvt(t)pd2dq and
+/// vcvtpd2ps (`N` bytes in, `N`/2 out), vcvtdq2pd and vcvtps2pd (`N`/2 in,
+/// `N` out).
+pub(crate) fn convert_packed<X: Machine, const OP: u8, const N: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let src = match OP {
+        DQ2PD | PS2PD if N == 32 => read::<X, 16, false>(x, i, i.op[1], r, 4, u64::MAX)?,
+        DQ2PD | PS2PD => read_half::<X>(x, i, r)?,
+        _ => read::<X, N, false>(x, i, i.op[1], r, 4, u64::MAX)?,
+    };
+    let mxcsr = mxcsr(x)?;
+    let mut e = env(mxcsr);
+    if matches!(OP, TPS2DQ | TPD2DQ) {
+        e.rc = RZ;
+    }
+    let mut out = [0u64; 8];
+    let n = match OP {
+        DQ2PS | TPS2DQ | PS2DQ => N,
+        TPD2DQ | PD2DQ | PD2PS => N / 2,
+        _ => N,
+    };
+    match OP {
+        DQ2PS => {
+            for k in 0..N / 4 {
+                let v = i64::from(elem(&src, k, 4) as u32 as i32);
+                set_elem(&mut out, k, 4, float::from_int(&mut e, F32, v) as u64);
+            }
+        }
+        TPS2DQ | PS2DQ => {
+            for k in 0..N / 4 {
+                let a = float::unpack(F32, u128::from(elem(&src, k, 4)), e.daz);
+                set_elem(&mut out, k, 4, float::to_int(&mut e, a, 32));
+            }
+        }
+        TPD2DQ | PD2DQ => {
+            for k in 0..N / 8 {
+                let a = float::unpack(F64, u128::from(elem(&src, k, 8)), e.daz);
+                set_elem(&mut out, k, 4, float::to_int(&mut e, a, 32));
+            }
+        }
+        PD2PS => {
+            for k in 0..N / 8 {
+                let y = convert(&mut e, F64, F32, u128::from(elem(&src, k, 8)));
+                set_elem(&mut out, k, 4, y as u64);
+            }
+        }
+        DQ2PD => {
+            for k in 0..N / 8 {
+                let v = i64::from(elem(&src, k, 4) as u32 as i32);
+                out[k] = float::from_int(&mut e, F64, v) as u64;
+            }
+        }
+        _ => {
+            for k in 0..N / 8 {
+                out[k] = convert(&mut e, F32, F64, u128::from(elem(&src, k, 4))) as u64;
+            }
+        }
+    }
+    let m = checked(mxcsr, &e)?;
+    write_reg(x, i, i.op[0], &out, n, 4, u64::MAX);
+    x.regs_mut().set_mxcsr(m);
+    Ok(())
+}
+
+/// The 8-byte source of vcvtdq2pd/vcvtps2pd xmm, xmm/m64.
+fn read_half<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Result<[u64; 8], Stop> {
+    let v = read_v::<X, 8, false>(x, i, i.op[1], r)?;
+    let mut out = [0u64; 8];
+    out[0] = v as u64;
+    Ok(out)
+}
+
+/// vshufpd (`N` bytes): per lane, the low element from the first source
+/// and the high one from the second, each picked by one imm8 bit.
+pub(crate) fn shufpd<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let b = read::<X, N, false>(x, i, i.op[2], r, 8, u64::MAX)?;
+    let a = read::<X, N, false>(x, i, i.op[1], r, 8, u64::MAX)?;
+    let mut out = [0u64; 8];
+    for k in 0..N / 8 {
+        let (lane, src) = (k & !1, if k % 2 == 0 { &a } else { &b });
+        out[k] = src[lane + (i.imm >> k & 1) as usize];
+    }
+    write_reg(x, i, i.op[0], &out, N, 8, u64::MAX);
+    Ok(())
+}
