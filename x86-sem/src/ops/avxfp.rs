@@ -286,3 +286,76 @@ pub(crate) fn shufpd<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Re
     write_reg(x, i, i.op[0], &out, N, 8, u64::MAX);
     Ok(())
 }
+
+/// Fused multiply-add kinds: the product and the addend negated or not.
+pub(crate) const FMADD: u8 = 0;
+pub(crate) const FMSUB: u8 = 1;
+pub(crate) const FNMADD: u8 = 2;
+pub(crate) const FNMSUB: u8 = 3;
+
+/// vfmadd/vfmsub/vfnmadd/vfnmsub 132, 213 and 231 (`ORDER`), on the low
+/// `W`-byte element when `SCALAR` (bits 127:W·8 of the destination kept)
+/// or on every element of `N` bytes; one rounding. With operands 1, 2, 3
+/// (the destination first), 132 computes 1·3 + 2, 213 2·1 + 3 and 231
+/// 2·3 + 1; a NaN operand gives the first NaN of the two factors and
+/// then the addend, quieted (measured: not the operand order).
+pub(crate) fn fma<
+    X: Machine,
+    const KIND: u8,
+    const ORDER: u16,
+    const W: usize,
+    const N: usize,
+    const SCALAR: bool,
+>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let s3 = if SCALAR {
+        let v = read_v::<X, W, false>(x, i, i.op[2], r)?;
+        [v as u64, (v >> 64) as u64, 0, 0, 0, 0, 0, 0]
+    } else {
+        read::<X, N, false>(x, i, i.op[2], r, W, u64::MAX)?
+    };
+    let s2 = *x.regs().vec(usize::from(i.op[1] - VEC));
+    let s1 = *x.regs().vec(usize::from(i.op[0] - VEC));
+    let mxcsr = mxcsr(x)?;
+    let mut e = env(mxcsr);
+    let fmt = format(W);
+    let count = if SCALAR { 1 } else { N / W };
+    let (neg_product, neg_addend) = (
+        matches!(KIND, FNMADD | FNMSUB),
+        matches!(KIND, FMSUB | FNMSUB),
+    );
+    let mut out = cut_to(s1, if SCALAR { 16 } else { N });
+    for k in 0..count {
+        let [v1, v2, v3] = [&s1, &s2, &s3].map(|v| u128::from(elem(v, k, W)));
+        let (p, q, a) = match ORDER {
+            132 => (v1, v3, v2),
+            213 => (v2, v1, v3),
+            _ => (v2, v3, v1),
+        };
+        let nums = [p, q, a].map(|v| float::unpack(fmt, v, e.daz));
+        let y = match float::fma(&mut e, fmt, nums, neg_product, neg_addend) {
+            float::Out::Bits(v) => v,
+            float::Out::PropagateNaN => {
+                let first = [p, q, a]
+                    .map(|v| float::unpack(fmt, v, e.daz))
+                    .into_iter()
+                    .find(|n| n.is_nan())
+                    .unwrap_or(float::Num::INDEFINITE);
+                float::pack_special(fmt, first.quiet())
+            }
+        };
+        set_elem(&mut out, k, W, y as u64);
+    }
+    let m = checked(mxcsr, &e)?;
+    *x.regs_mut().vec_mut(usize::from(i.op[0] - VEC)) = out;
+    x.regs_mut().set_mxcsr(m);
+    Ok(())
+}
+
+/// `v` cut to `n` bytes (zero above).
+fn cut_to(v: [u64; 8], n: usize) -> [u64; 8] {
+    super::avx::cut(v, n)
+}
