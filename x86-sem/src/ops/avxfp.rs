@@ -14,7 +14,7 @@ use super::sse::read_v;
 use super::ssefp::{checked, convert, element, env, format, lane, mxcsr};
 use super::Flow;
 use crate::float::{self, Env, Order, F32, F64, RZ};
-use crate::insn::{Insn, VEC};
+use crate::insn::{Insn, KREG, MEM, SAE, VEC};
 use crate::regs::Registers;
 use crate::step::{Machine, Retired, Stop};
 
@@ -358,4 +358,72 @@ pub(crate) fn fma<
 /// `v` cut to `n` bytes (zero above).
 fn cut_to(v: [u64; 8], n: usize) -> [u64; 8] {
     super::avx::cut(v, n)
+}
+
+/// MXCSR after an EVEX operation raised `e`: unchanged under {sae} or a
+/// static rounding control, else as [`checked`] has it.
+fn evex_checked(mxcsr: u32, e: &Env, i: &Insn) -> Result<u32, Stop> {
+    if i.vflags & SAE != 0 {
+        if e.opaque {
+            return Err(Stop::Opaque);
+        }
+        return Ok(mxcsr);
+    }
+    checked(mxcsr, e)
+}
+
+/// vcmpss/sd k1{k2}, xmm, xmm/m, imm8 (EVEX, optionally {sae}): bit 0 of
+/// k1 is the predicate on the low elements ANDed with the writemask, the
+/// other bits zero. A masked-off memory element is not read.
+pub(crate) fn cmp_scalar_k<X: Machine, const W: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let m = super::avx::writemask(x, i) & 1;
+    let b = if i.op[2] == MEM && m == 0 {
+        r.mem_addr = super::ea(x, i);
+        0
+    } else {
+        read_v::<X, W, false>(x, i, i.op[2], r)?
+    };
+    let a = x.regs().xmm(usize::from(i.op[1] - VEC));
+    let mxcsr = mxcsr(x)?;
+    let mut e = env(mxcsr);
+    let bit = if m != 0 {
+        u64::from(predicate(&mut e, W, i.imm & 31, lane(a, W, 0), lane(b, W, 0)) != 0)
+    } else {
+        0
+    };
+    let mx = evex_checked(mxcsr, &e, i)?;
+    x.regs_mut().set_k(usize::from(i.op[0] - KREG), bit);
+    x.regs_mut().set_mxcsr(mx);
+    Ok(())
+}
+
+/// vcvtusi2ss/sd xmm1, xmm2, r/m32 or r/m64 (`S` bytes; EVEX, optionally
+/// with a static rounding control): the unsigned integer into the low
+/// element, bits 127:W·8 from xmm2.
+pub(crate) fn from_uint<X: Machine, const W: usize, const S: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let v = super::read::<X, S>(x, i, i.op[2], r)?;
+    let a = x.regs().xmm(usize::from(i.op[1] - VEC));
+    let mxcsr = mxcsr(x)?;
+    let mut e = env(mxcsr);
+    if let Some(rc) = i.static_rounding() {
+        e.rc = rc;
+    }
+    let y = if v == 0 {
+        0
+    } else {
+        float::round(&mut e, format(W), false, 0, u128::from(v))
+    };
+    let m = evex_checked(mxcsr, &e, i)?;
+    let low = (1u128 << (W * 8)) - 1;
+    put128(x, i.op[0], (a & !low) | y);
+    x.regs_mut().set_mxcsr(m);
+    Ok(())
 }

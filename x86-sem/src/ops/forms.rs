@@ -902,6 +902,12 @@ pub(crate) fn install<X: Machine>(t: &mut Table<X>) {
     forms!(t, avxfp::fma::<X, {avxfp::FNMSUB}, 231, 8, 16, false> => VEX_Vfnmsub231pd_xmm_xmm_xmmm128);
     forms!(t, avxfp::fma::<X, {avxfp::FNMSUB}, 231, 4, 32, false> => VEX_Vfnmsub231ps_ymm_ymm_ymmm256);
     forms!(t, avxfp::fma::<X, {avxfp::FNMSUB}, 231, 8, 32, false> => VEX_Vfnmsub231pd_ymm_ymm_ymmm256);
+    forms!(t, avxfp::cmp_scalar_k::<X, 4> => EVEX_Vcmpss_kr_k1_xmm_xmmm32_imm8_sae);
+    forms!(t, avxfp::cmp_scalar_k::<X, 8> => EVEX_Vcmpsd_kr_k1_xmm_xmmm64_imm8_sae);
+    forms!(t, avxfp::from_uint::<X, 4, 4> => EVEX_Vcvtusi2ss_xmm_xmm_rm32_er);
+    forms!(t, avxfp::from_uint::<X, 4, 8> => EVEX_Vcvtusi2ss_xmm_xmm_rm64_er);
+    forms!(t, avxfp::from_uint::<X, 8, 4> => EVEX_Vcvtusi2sd_xmm_xmm_rm32_er);
+    forms!(t, avxfp::from_uint::<X, 8, 8> => EVEX_Vcvtusi2sd_xmm_xmm_rm64_er);
     forms!(t, avxfp::shufpd::<X, 16> => VEX_Vshufpd_xmm_xmm_xmmm128_imm8);
     forms!(t, avxfp::shufpd::<X, 32> => VEX_Vshufpd_ymm_ymm_ymmm256_imm8);
     forms!(t, kmask::from_gpr::<X, 32> => VEX_Kmovd_kr_r32);
