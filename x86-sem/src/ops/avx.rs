@@ -51,7 +51,7 @@ fn to_bytes(v: &V) -> [u8; 64] {
     b
 }
 
-fn from_bytes(b: &[u8; 64]) -> V {
+pub(super) fn from_bytes(b: &[u8; 64]) -> V {
     let mut v = [0u64; 8];
     for (lane, chunk) in v.iter_mut().zip(b.chunks_exact(8)) {
         let mut w = [0u8; 8];

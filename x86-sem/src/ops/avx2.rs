@@ -132,11 +132,7 @@ pub(crate) fn extend<
         r.mem_addr = a;
         let mut b = [0u8; 64];
         x.mem().load_bytes(a, &mut b[..count * FROM])?;
-        let mut v = [0u64; 8];
-        for (lane, chunk) in v.iter_mut().zip(b.chunks_exact(8)) {
-            *lane = u64::from_le_bytes(chunk.try_into().unwrap());
-        }
-        v
+        super::avx::from_bytes(&b)
     } else {
         *x.regs().vec(usize::from(i.op[1] - VEC))
     };

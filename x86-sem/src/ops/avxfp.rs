@@ -9,7 +9,7 @@
 //! is honoured as in `ssefp.rs`: an unmasked exception, or MXCSR unset,
 //! stops with [`Stop::Opaque`] before anything is written.
 
-use super::avx::{elem, read, set_elem, write_reg};
+use super::avx::{cut, elem, read, set_elem, write_reg, writemask};
 use super::sse::read_v;
 use super::ssefp::{checked, convert, element, env, format, lane, mxcsr};
 use super::Flow;
@@ -250,12 +250,13 @@ pub(crate) fn convert_packed<X: Machine, const OP: u8, const N: usize>(
         DQ2PD => {
             for k in 0..N / 8 {
                 let v = i64::from(elem(&src, k, 4) as u32 as i32);
-                out[k] = float::from_int(&mut e, F64, v) as u64;
+                set_elem(&mut out, k, 8, float::from_int(&mut e, F64, v) as u64);
             }
         }
         _ => {
             for k in 0..N / 8 {
-                out[k] = convert(&mut e, F32, F64, u128::from(elem(&src, k, 4))) as u64;
+                let y = convert(&mut e, F32, F64, u128::from(elem(&src, k, 4)));
+                set_elem(&mut out, k, 8, y as u64);
             }
         }
     }
@@ -327,7 +328,7 @@ pub(crate) fn fma<
         matches!(KIND, FNMADD | FNMSUB),
         matches!(KIND, FMSUB | FNMSUB),
     );
-    let mut out = cut_to(s1, if SCALAR { 16 } else { N });
+    let mut out = cut(s1, if SCALAR { 16 } else { N });
     for k in 0..count {
         let [v1, v2, v3] = [&s1, &s2, &s3].map(|v| u128::from(elem(v, k, W)));
         let (p, q, a) = match ORDER {
@@ -355,11 +356,6 @@ pub(crate) fn fma<
     Ok(())
 }
 
-/// `v` cut to `n` bytes (zero above).
-fn cut_to(v: [u64; 8], n: usize) -> [u64; 8] {
-    super::avx::cut(v, n)
-}
-
 /// MXCSR after an EVEX operation raised `e`: unchanged under {sae} or a
 /// static rounding control, else as [`checked`] has it.
 fn evex_checked(mxcsr: u32, e: &Env, i: &Insn) -> Result<u32, Stop> {
@@ -380,7 +376,7 @@ pub(crate) fn cmp_scalar_k<X: Machine, const W: usize>(
     i: &Insn,
     r: &mut Retired,
 ) -> Flow {
-    let m = super::avx::writemask(x, i) & 1;
+    let m = writemask(x, i) & 1;
     let b = if i.op[2] == MEM && m == 0 {
         r.mem_addr = super::ea(x, i);
         0
