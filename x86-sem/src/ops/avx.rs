@@ -87,7 +87,13 @@ pub(super) fn any(m: u64, count: usize) -> bool {
 /// Reads `n` bytes of memory at `a` into a vector (zero above), only the
 /// elements of `e` bytes enabled in `m` (the others read as zero and are
 /// not accessed).
-fn load_masked<X: Machine>(x: &mut X, a: u64, n: usize, e: usize, m: u64) -> Result<V, Stop> {
+pub(super) fn load_masked<X: Machine>(
+    x: &mut X,
+    a: u64,
+    n: usize,
+    e: usize,
+    m: u64,
+) -> Result<V, Stop> {
     let count = n / e;
     let mut b = [0u8; 64];
     if all(m, count) {

@@ -111,9 +111,10 @@ pub(crate) fn unpack<X: Machine, const E: usize, const HIGH: bool, const N: usiz
     Ok(())
 }
 
-/// pmovzx/pmovsx (SSE4.1 and VEX): the low `N`/`TO` elements of `FROM`
-/// bytes of the source (xmm or memory), zero- or sign-extended to `TO`
-/// bytes.
+/// pmovzx/pmovsx (SSE4.1, VEX and EVEX): the low `N`/`TO` elements of
+/// `FROM` bytes of the source (xmm, ymm or memory), zero- or
+/// sign-extended to `TO` bytes, under the EVEX writemask (a disabled
+/// element's memory is not read).
 pub(crate) fn extend<
     X: Machine,
     const FROM: usize,
@@ -127,12 +128,11 @@ pub(crate) fn extend<
     r: &mut Retired,
 ) -> Flow {
     let count = N / TO;
+    let m = writemask(x, i);
     let src = if i.op[1] == MEM {
         let a = ea(x, i);
         r.mem_addr = a;
-        let mut b = [0u8; 64];
-        x.mem().load_bytes(a, &mut b[..count * FROM])?;
-        super::avx::from_bytes(&b)
+        super::avx::load_masked(x, a, count * FROM, FROM, m)?
     } else {
         *x.regs().vec(usize::from(i.op[1] - VEC))
     };
@@ -146,7 +146,11 @@ pub(crate) fn extend<
         };
         set_elem(&mut out, k, TO, v);
     }
-    put::<X, LEGACY>(x, i, &out, N);
+    if LEGACY {
+        put::<X, true>(x, i, &out, N);
+    } else {
+        write_reg(x, i, i.op[0], &out, N, TO, m);
+    }
     Ok(())
 }
 
@@ -436,5 +440,99 @@ pub(crate) fn mov_scalar<X: Machine, const W: usize>(x: &mut X, i: &Insn, r: &mu
     // write_reg applies the mask to element 0 only: the other elements
     // count as enabled.
     write_reg(x, i, i.op[0], &out, 16, W, m | !1);
+    Ok(())
+}
+
+/// vpslldq (`LEFT`) and vpsrldq by imm8 bytes, per lane; zero from 16.
+pub(crate) fn byte_shift<X: Machine, const LEFT: bool, const N: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let a = read::<X, N, false>(x, i, i.op[1], r, 1, u64::MAX)?;
+    let n = (i.imm & 0xff) as usize;
+    let mut out = [0u64; 8];
+    for k in 0..N {
+        let (lane, j) = (k & !15, k % 16);
+        let from = if LEFT {
+            j.checked_sub(n)
+        } else {
+            Some(j + n).filter(|&f| f < 16)
+        };
+        if let Some(f) = from {
+            set_elem(&mut out, k, 1, elem(&a, lane + f, 1));
+        }
+    }
+    write_reg(x, i, i.op[0], &out, N, 1, u64::MAX);
+    Ok(())
+}
+
+/// vshufps (`N` bytes): per lane, elements 0 and 1 from the first source
+/// and 2 and 3 from the second, each picked by two imm8 bits.
+pub(crate) fn shufps<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let (a, b) = sources::<X, N, false>(x, i, r)?;
+    let mut out = [0u64; 8];
+    for k in 0..N / 4 {
+        let (lane, j) = (k & !3, k % 4);
+        let sel = (i.imm >> (2 * j)) as usize & 3;
+        let src = if j < 2 { &a } else { &b };
+        set_elem(&mut out, k, 4, elem(src, lane + sel, 4));
+    }
+    write_reg(x, i, i.op[0], &out, N, 4, u64::MAX);
+    Ok(())
+}
+
+/// vpsll/vpsrl/vpsra of `E`-byte elements by the low quadword of an xmm
+/// register or m128 (VEX, or EVEX under a writemask).
+pub(crate) fn shift_vec<X: Machine, const OP: u8, const E: usize, const N: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let m = writemask(x, i);
+    let count = read::<X, 16, false>(x, i, i.op[2], r, 8, u64::MAX)?[0];
+    let a = read::<X, N, false>(x, i, i.op[1], r, E, u64::MAX)?;
+    let bits = E as u64 * 8;
+    let mut out = [0u64; 8];
+    for k in 0..N / E {
+        let p = elem(&a, k, E);
+        let v = match OP {
+            SLL if count < bits => p << count,
+            SRL if count < bits => p >> count,
+            SRA => (crate::flags::sext(p, E) as i64 >> count.min(bits - 1)) as u64,
+            _ => 0,
+        };
+        set_elem(&mut out, k, E, v);
+    }
+    write_reg(x, i, i.op[0], &out, N, E, m);
+    Ok(())
+}
+
+/// movsldup/movshdup (`E` = 4, even or `ODD` elements duplicated) and
+/// vmovddup (`E` = 8): per pair, the even (odd) element in both places.
+/// The xmm form of movddup reads only 8 bytes of memory.
+pub(crate) fn dup<
+    X: Machine,
+    const E: usize,
+    const ODD: bool,
+    const N: usize,
+    const LEGACY: bool,
+>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let a = if E == 8 && N == 16 && i.op[1] == MEM {
+        let a = ea(x, i);
+        [super::load(x, r, a, 8)?, 0, 0, 0, 0, 0, 0, 0]
+    } else {
+        read::<X, N, LEGACY>(x, i, i.op[1], r, E, u64::MAX)?
+    };
+    let mut out = [0u64; 8];
+    for k in 0..N / E {
+        let from = if ODD { k | 1 } else { k & !1 };
+        set_elem(&mut out, k, E, elem(&a, from, E));
+    }
+    put::<X, LEGACY>(x, i, &out, N);
     Ok(())
 }

@@ -47,19 +47,25 @@ fn scalar_with<X: Machine, const W: usize>(
 }
 
 /// The body of the packed forms: each `W`-byte element of op[1] and op[2]
-/// (`N` bytes) go to `f` under MXCSR.
+/// (`N` bytes) go to `f`, under MXCSR or an EVEX static rounding control,
+/// and an EVEX writemask (a disabled element is not computed, raises
+/// nothing, and its memory is not read).
 fn packed_with<X: Machine, const W: usize, const N: usize>(
     x: &mut X,
     i: &Insn,
     r: &mut Retired,
     mut f: impl FnMut(&mut Env, u128, u128) -> u128,
 ) -> Flow {
-    let b = read::<X, N, false>(x, i, i.op[2], r, W, u64::MAX)?;
-    let a = read::<X, N, false>(x, i, i.op[1], r, W, u64::MAX)?;
+    let m = writemask(x, i);
+    let b = read::<X, N, false>(x, i, i.op[2], r, W, m)?;
+    let a = read::<X, N, false>(x, i, i.op[1], r, W, m)?;
     let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
+    if let Some(rc) = i.static_rounding() {
+        e.rc = rc;
+    }
     let mut out = [0u64; 8];
-    for k in 0..N / W {
+    for k in (0..N / W).filter(|k| m >> k & 1 != 0) {
         let y = f(
             &mut e,
             u128::from(elem(&a, k, W)),
@@ -67,9 +73,9 @@ fn packed_with<X: Machine, const W: usize, const N: usize>(
         );
         set_elem(&mut out, k, W, y as u64);
     }
-    let m = checked(mxcsr, &e)?;
-    write_reg(x, i, i.op[0], &out, N, W, u64::MAX);
-    x.regs_mut().set_mxcsr(m);
+    let mx = evex_checked(mxcsr, &e, i)?;
+    write_reg(x, i, i.op[0], &out, N, W, m);
+    x.regs_mut().set_mxcsr(mx);
     Ok(())
 }
 
@@ -200,78 +206,52 @@ pub(crate) const PS2PD: u8 = 7;
 
 /// vcvtdq2ps, vcvt(t)ps2dq (`N` bytes in and out), vcvt(t)pd2dq and
 /// vcvtpd2ps (`N` bytes in, `N`/2 out), vcvtdq2pd and vcvtps2pd (`N`/2 in,
-/// `N` out).
+/// `N` out); VEX, or EVEX with a writemask (mask bit k governs source and
+/// destination element k), a broadcast source, {sae} or static rounding.
 pub(crate) fn convert_packed<X: Machine, const OP: u8, const N: usize>(
     x: &mut X,
     i: &Insn,
     r: &mut Retired,
 ) -> Flow {
-    let src = match OP {
-        DQ2PD | PS2PD if N == 32 => read::<X, 16, false>(x, i, i.op[1], r, 4, u64::MAX)?,
-        DQ2PD | PS2PD => read_half::<X>(x, i, r)?,
-        _ => read::<X, N, false>(x, i, i.op[1], r, 4, u64::MAX)?,
+    let m = writemask(x, i);
+    // Source and destination element sizes, and the element count.
+    let (se, de, count) = match OP {
+        DQ2PS | TPS2DQ | PS2DQ => (4, 4, N / 4),
+        TPD2DQ | PD2DQ | PD2PS => (8, 4, N / 8),
+        _ => (4, 8, N / 8),
+    };
+    let src = match (OP, N) {
+        (DQ2PD | PS2PD, 16) => read::<X, 8, false>(x, i, i.op[1], r, se, m)?,
+        (DQ2PD | PS2PD, 32) => read::<X, 16, false>(x, i, i.op[1], r, se, m)?,
+        (DQ2PD | PS2PD, _) => read::<X, 32, false>(x, i, i.op[1], r, se, m)?,
+        _ => read::<X, N, false>(x, i, i.op[1], r, se, m)?,
     };
     let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
+    if let Some(rc) = i.static_rounding() {
+        e.rc = rc;
+    }
     if matches!(OP, TPS2DQ | TPD2DQ) {
         e.rc = RZ;
     }
     let mut out = [0u64; 8];
-    let n = match OP {
-        DQ2PS | TPS2DQ | PS2DQ => N,
-        TPD2DQ | PD2DQ | PD2PS => N / 2,
-        _ => N,
-    };
-    match OP {
-        DQ2PS => {
-            for k in 0..N / 4 {
-                let v = i64::from(elem(&src, k, 4) as u32 as i32);
-                set_elem(&mut out, k, 4, float::from_int(&mut e, F32, v) as u64);
-            }
-        }
-        TPS2DQ | PS2DQ => {
-            for k in 0..N / 4 {
-                let a = float::unpack(F32, u128::from(elem(&src, k, 4)), e.daz);
-                set_elem(&mut out, k, 4, float::to_int(&mut e, a, 32));
-            }
-        }
-        TPD2DQ | PD2DQ => {
-            for k in 0..N / 8 {
-                let a = float::unpack(F64, u128::from(elem(&src, k, 8)), e.daz);
-                set_elem(&mut out, k, 4, float::to_int(&mut e, a, 32));
-            }
-        }
-        PD2PS => {
-            for k in 0..N / 8 {
-                let y = convert(&mut e, F64, F32, u128::from(elem(&src, k, 8)));
-                set_elem(&mut out, k, 4, y as u64);
-            }
-        }
-        DQ2PD => {
-            for k in 0..N / 8 {
-                let v = i64::from(elem(&src, k, 4) as u32 as i32);
-                set_elem(&mut out, k, 8, float::from_int(&mut e, F64, v) as u64);
-            }
-        }
-        _ => {
-            for k in 0..N / 8 {
-                let y = convert(&mut e, F32, F64, u128::from(elem(&src, k, 4)));
-                set_elem(&mut out, k, 8, y as u64);
-            }
-        }
+    let daz = e.daz;
+    for k in (0..count).filter(|k| m >> k & 1 != 0) {
+        let v = u128::from(elem(&src, k, se));
+        let y = match OP {
+            DQ2PS => float::from_int(&mut e, F32, i64::from(v as u32 as i32)) as u64,
+            DQ2PD => float::from_int(&mut e, F64, i64::from(v as u32 as i32)) as u64,
+            TPS2DQ | PS2DQ => float::to_int(&mut e, float::unpack(F32, v, daz), 32),
+            TPD2DQ | PD2DQ => float::to_int(&mut e, float::unpack(F64, v, daz), 32),
+            PD2PS => convert(&mut e, F64, F32, v) as u64,
+            _ => convert(&mut e, F32, F64, v) as u64,
+        };
+        set_elem(&mut out, k, de, y);
     }
-    let m = checked(mxcsr, &e)?;
-    write_reg(x, i, i.op[0], &out, n, 4, u64::MAX);
-    x.regs_mut().set_mxcsr(m);
+    let mx = evex_checked(mxcsr, &e, i)?;
+    write_reg(x, i, i.op[0], &out, count * de, de, m);
+    x.regs_mut().set_mxcsr(mx);
     Ok(())
-}
-
-/// The 8-byte source of vcvtdq2pd/vcvtps2pd xmm, xmm/m64.
-fn read_half<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Result<[u64; 8], Stop> {
-    let v = read_v::<X, 8, false>(x, i, i.op[1], r)?;
-    let mut out = [0u64; 8];
-    out[0] = v as u64;
-    Ok(out)
 }
 
 /// vshufpd (`N` bytes): per lane, the low element from the first source
@@ -296,7 +276,8 @@ pub(crate) const FNMSUB: u8 = 3;
 
 /// vfmadd/vfmsub/vfnmadd/vfnmsub 132, 213 and 231 (`ORDER`), on the low
 /// `W`-byte element when `SCALAR` (bits 127:W·8 of the destination kept)
-/// or on every element of `N` bytes; one rounding. With operands 1, 2, 3
+/// or on every element of `N` bytes (VEX, or EVEX under a writemask, with
+/// a broadcast source or static rounding); one rounding. With operands 1, 2, 3
 /// (the destination first), 132 computes 1·3 + 2, 213 2·1 + 3 and 231
 /// 2·3 + 1; a NaN operand gives the first NaN of the two factors and
 /// then the addend, quieted (measured: not the operand order).
@@ -312,16 +293,20 @@ pub(crate) fn fma<
     i: &Insn,
     r: &mut Retired,
 ) -> Flow {
+    let m = if SCALAR { u64::MAX } else { writemask(x, i) };
     let s3 = if SCALAR {
         let v = read_v::<X, W, false>(x, i, i.op[2], r)?;
         [v as u64, (v >> 64) as u64, 0, 0, 0, 0, 0, 0]
     } else {
-        read::<X, N, false>(x, i, i.op[2], r, W, u64::MAX)?
+        read::<X, N, false>(x, i, i.op[2], r, W, m)?
     };
     let s2 = *x.regs().vec(usize::from(i.op[1] - VEC));
     let s1 = *x.regs().vec(usize::from(i.op[0] - VEC));
     let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
+    if let Some(rc) = i.static_rounding() {
+        e.rc = rc;
+    }
     let fmt = format(W);
     let count = if SCALAR { 1 } else { N / W };
     let (neg_product, neg_addend) = (
@@ -329,7 +314,7 @@ pub(crate) fn fma<
         matches!(KIND, FMSUB | FNMSUB),
     );
     let mut out = cut(s1, if SCALAR { 16 } else { N });
-    for k in 0..count {
+    for k in (0..count).filter(|k| m >> k & 1 != 0) {
         let [v1, v2, v3] = [&s1, &s2, &s3].map(|v| u128::from(elem(v, k, W)));
         let (p, q, a) = match ORDER {
             132 => (v1, v3, v2),
@@ -350,9 +335,13 @@ pub(crate) fn fma<
         };
         set_elem(&mut out, k, W, y as u64);
     }
-    let m = checked(mxcsr, &e)?;
-    *x.regs_mut().vec_mut(usize::from(i.op[0] - VEC)) = out;
-    x.regs_mut().set_mxcsr(m);
+    let mx = evex_checked(mxcsr, &e, i)?;
+    if SCALAR {
+        *x.regs_mut().vec_mut(usize::from(i.op[0] - VEC)) = out;
+    } else {
+        write_reg(x, i, i.op[0], &out, N, W, m);
+    }
+    x.regs_mut().set_mxcsr(mx);
     Ok(())
 }
 
@@ -421,5 +410,29 @@ pub(crate) fn from_uint<X: Machine, const W: usize, const S: usize>(
     let low = (1u128 << (W * 8)) - 1;
     put128(x, i.op[0], (a & !low) | y);
     x.regs_mut().set_mxcsr(m);
+    Ok(())
+}
+
+/// vcmpps/pd k1{k2}, src1, src2/m/bcst, imm8 (EVEX, `N` bytes, optionally
+/// {sae}): mask bit k is the predicate on element k, ANDed with the
+/// writemask; disabled elements are not compared (nor their memory read).
+pub(crate) fn cmp_packed_k<X: Machine, const W: usize, const N: usize>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let m = writemask(x, i);
+    let b = read::<X, N, false>(x, i, i.op[2], r, W, m)?;
+    let a = read::<X, N, false>(x, i, i.op[1], r, W, m)?;
+    let mxcsr = mxcsr(x)?;
+    let mut e = env(mxcsr);
+    let mut k = 0u64;
+    for n in (0..N / W).filter(|n| m >> n & 1 != 0) {
+        let (p, q) = (u128::from(elem(&a, n, W)), u128::from(elem(&b, n, W)));
+        k |= u64::from(predicate(&mut e, W, i.imm & 31, p, q) != 0) << n;
+    }
+    let mx = evex_checked(mxcsr, &e, i)?;
+    x.regs_mut().set_k(usize::from(i.op[0] - KREG), k);
+    x.regs_mut().set_mxcsr(mx);
     Ok(())
 }

@@ -11,6 +11,7 @@
 
 mod avx;
 mod avx2;
+mod avx512;
 mod avxfp;
 mod bits;
 mod bmi;
