@@ -1,9 +1,9 @@
 //! Compiled C runs on the core at every x86-64 ISA level a distribution or
 //! a user may build for: `tests/isa/loops.c` (string scans, vectorisable
 //! loops, copies, hashing, an interpreter, floating point) compiled by
-//! clang-19 and gcc at `-O2 -march=x86-64-v2`, `-v3` (AVX2, BMI, FMA) and
-//! `-v4` (AVX-512), and every instruction form in its code is implemented,
-//! or named in [`NOT_YET`] with the reason.
+//! clang-19 and gcc at `-O2` and `-O3` with `-march=x86-64-v2`, `-v3`
+//! (AVX2, BMI, FMA) and `-v4` (AVX-512), and every instruction form in its
+//! code is implemented, or named in [`NOT_YET`] with the reason.
 
 use iced_x86::{Code, Decoder, DecoderOptions};
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,6 +12,7 @@ use std::process::Command;
 use x86_sem::{Cpu, CpuState, MemError, Memory, Table};
 
 const LEVELS: &[&str] = &["x86-64-v2", "x86-64-v3", "x86-64-v4"];
+const OPTIMISATIONS: &[&str] = &["-O2", "-O3"];
 const COMPILERS: &[&str] = &["clang-19", "gcc"];
 
 /// Forms compilers emit for `loops.c` that the core does not implement
@@ -47,12 +48,13 @@ fn available(compiler: &str) -> bool {
     ok
 }
 
-/// Compiles `loops.c` with `compiler` for `level` into an object file.
-fn compile(compiler: &str, level: &str, dir: &Path) -> PathBuf {
+/// Compiles `loops.c` with `compiler` at `opt` for `level` into an object
+/// file.
+fn compile(compiler: &str, opt: &str, level: &str, dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/isa/loops.c");
-    let obj = dir.join(format!("loops-{compiler}-{level}.o"));
+    let obj = dir.join(format!("loops-{compiler}{opt}-{level}.o"));
     let out = Command::new(compiler)
-        .args(["-O2", "-c", "-fno-asynchronous-unwind-tables"])
+        .args([opt, "-c", "-fno-asynchronous-unwind-tables"])
         .arg(format!("-march={level}"))
         .arg(&src)
         .arg("-o")
@@ -61,7 +63,7 @@ fn compile(compiler: &str, level: &str, dir: &Path) -> PathBuf {
         .unwrap_or_else(|e| panic!("run {compiler}: {e}"));
     assert!(
         out.status.success(),
-        "{compiler} -march={level} failed:\n{}",
+        "{compiler} {opt} -march={level} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     obj
@@ -104,18 +106,22 @@ fn compiled_c_at_every_isa_level_runs_on_the_core() {
     let mut seen_forms = BTreeSet::new();
     let mut builds = 0;
     for compiler in COMPILERS.iter().filter(|c| available(c)) {
-        for level in LEVELS {
-            let elf = std::fs::read(compile(compiler, level, &dir)).unwrap();
+        for (opt, level) in OPTIMISATIONS
+            .iter()
+            .flat_map(|o| LEVELS.iter().map(move |l| (o, l)))
+        {
+            let elf = std::fs::read(compile(compiler, opt, level, &dir)).unwrap();
+            let build = format!("{compiler} {opt} {level}");
             builds += 1;
             for code in code_sections(&elf) {
                 let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
                 for i in &mut decoder {
-                    assert!(!i.is_invalid(), "{compiler} {level}: undecodable code");
+                    assert!(!i.is_invalid(), "{build}: undecodable code");
                     seen_forms.insert(i.code());
                     if !table.implements(i.code()) && !allowed.contains(&i.code()) {
                         let e = missing.entry(i.code()).or_default();
                         e.0 += 1;
-                        e.1.insert(format!("{compiler} {level}"));
+                        e.1.insert(build.clone());
                     }
                 }
             }
