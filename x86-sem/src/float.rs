@@ -865,6 +865,40 @@ pub(crate) fn to_int(env: &mut Env, a: Num, bits: u32) -> u64 {
     }
 }
 
+/// `a` as an unsigned integer of `bits` bits, rounded under `env.rc`
+/// (the AVX-512 vcvt(t)s*2usi): the value, or all ones (the unsigned
+/// integer indefinite) with IE for a NaN, an infinity, or a value out of
+/// range (a negative one rounding to zero is in range).
+pub(crate) fn to_uint(env: &mut Env, a: Num, bits: u32) -> u64 {
+    let indefinite = u64::MAX >> (64 - bits);
+    let (neg, exp, sig) = match a {
+        Num::Zero { .. } => return 0,
+        Num::Fin { neg, exp, sig, .. } => (neg, exp, sig),
+        _ => {
+            env.flags |= IE;
+            return indefinite;
+        }
+    };
+    let (q, inexact, up) = if exp >= 0 {
+        if exp >= 64 {
+            (u128::MAX, false, false)
+        } else {
+            (u128::from(sig) << exp, false, false)
+        }
+    } else {
+        shift_round(u128::from(sig), (-exp) as u32, env.rc, neg)
+    };
+    if q > u128::from(indefinite) || (neg && q != 0) {
+        env.flags |= IE;
+        return indefinite;
+    }
+    if inexact {
+        env.flags |= PE;
+    }
+    env.rounded_up = up;
+    q as u64
+}
+
 /// How two values compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Order {

@@ -37,7 +37,10 @@ pub(super) fn set_elem(v: &mut V, k: usize, e: usize, value: u64) {
 /// `v` cut to `n` bytes (zero above).
 #[inline(always)]
 pub(super) fn cut(mut v: V, n: usize) -> V {
-    for lane in &mut v[n / 8..] {
+    if n % 8 != 0 {
+        v[n / 8] &= (1u64 << (n % 8 * 8)) - 1;
+    }
+    for lane in &mut v[n.div_ceil(8)..] {
         *lane = 0;
     }
     v
@@ -309,13 +312,20 @@ pub(crate) mod op {
     pub(crate) const PCMPEQQ: u8 = 27;
     pub(crate) const PCMPGTQ: u8 = 28;
     pub(crate) const PSLLVD: u8 = 29;
+    pub(crate) const PAVGB: u8 = 30;
+    /// The high words of the signed products.
+    pub(crate) const PMULHW: u8 = 31;
+    pub(crate) const PMINSB: u8 = 32;
+    pub(crate) const PANDD: u8 = 33;
 }
 
 /// Element size of an element-wise operation.
 const fn elem_size(o: u8) -> usize {
     match o {
         op::PADDB | op::PSUBB | op::PMINUB | op::PCMPEQB | op::PCMPGTB | op::PMAXUB => 1,
-        op::PMAXSW | op::PADDW | op::PSUBW => 2,
+        op::PAVGB | op::PMINSB => 1,
+        op::PMAXSW | op::PADDW | op::PSUBW | op::PMULHW => 2,
+        op::PANDD => 4,
         op::PMINUD | op::PXORD | op::PCMPEQD | op::PADDD | op::PSUBD | op::PCMPGTD => 4,
         op::PSRLVD | op::PSLLVD | op::PMULLD | op::PMAXSD | op::PMINSD => 4,
         _ => 8,
@@ -340,7 +350,10 @@ pub(crate) fn binary<X: Machine, const OP: u8, const N: usize>(
             op::PADDB => p.wrapping_add(q),
             op::PSUBB => p.wrapping_sub(q),
             op::PMINUB | op::PMINUD => p.min(q),
-            op::PAND => p & q,
+            op::PAND | op::PANDD => p & q,
+            op::PAVGB => (p + q + 1) >> 1,
+            op::PMULHW => ((i64::from(p as i16) * i64::from(q as i16)) >> 16) as u64,
+            op::PMINSB => (p as i8).min(q as i8) as u64,
             op::PANDN => !p & q,
             op::POR => p | q,
             op::PCMPEQB | op::PCMPEQD => all_ones(p == q),

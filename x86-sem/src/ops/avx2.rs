@@ -536,3 +536,168 @@ pub(crate) fn dup<
     put::<X, LEGACY>(x, i, &out, N);
     Ok(())
 }
+
+/// pmaddwd (legacy) and vpmaddwd (VEX, EVEX under a doubleword writemask):
+/// doubleword k is the sum of the signed products of words 2k and 2k+1.
+pub(crate) fn pmaddwd<X: Machine, const N: usize, const LEGACY: bool>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let m = writemask(x, i);
+    let (a, b) = sources::<X, N, LEGACY>(x, i, r)?;
+    let w = |v: &V, k: usize| i64::from(elem(v, k, 2) as u16 as i16);
+    let mut out = [0u64; 8];
+    for k in 0..N / 4 {
+        let s = w(&a, 2 * k) * w(&b, 2 * k) + w(&a, 2 * k + 1) * w(&b, 2 * k + 1);
+        set_elem(&mut out, k, 4, s as u64);
+    }
+    if LEGACY {
+        put::<X, true>(x, i, &out, N);
+    } else {
+        write_reg(x, i, i.op[0], &out, N, 4, m);
+    }
+    Ok(())
+}
+
+/// pabsd (legacy) and vpabsd (VEX, EVEX): absolute values of `E`-byte
+/// elements (the most negative stays itself).
+pub(crate) fn pabs<X: Machine, const E: usize, const N: usize, const LEGACY: bool>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let m = writemask(x, i);
+    let a = read::<X, N, LEGACY>(x, i, i.op[1], r, E, m)?;
+    let mut out = [0u64; 8];
+    for k in 0..N / E {
+        let v = crate::flags::sext(elem(&a, k, E), E) as i64;
+        set_elem(&mut out, k, E, v.unsigned_abs());
+    }
+    if LEGACY {
+        put::<X, true>(x, i, &out, N);
+    } else {
+        write_reg(x, i, i.op[0], &out, N, E, m);
+    }
+    Ok(())
+}
+
+/// vpackuswb: per lane, the signed words of the first source then the
+/// second, saturated to unsigned bytes.
+pub(crate) fn packuswb<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let (a, b) = sources::<X, N, false>(x, i, r)?;
+    let mut out = [0u64; 8];
+    for k in 0..N {
+        let (lane, j) = (k / 16, k % 16);
+        let src = if j < 8 { &a } else { &b };
+        let w = elem(src, lane * 8 + j % 8, 2) as u16 as i16;
+        set_elem(&mut out, k, 1, w.clamp(0, 255) as u64);
+    }
+    write_reg(x, i, i.op[0], &out, N, 1, u64::MAX);
+    Ok(())
+}
+
+/// vpsadbw: per quadword, the sum of the absolute byte differences, in its
+/// low word.
+pub(crate) fn psadbw<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let (a, b) = sources::<X, N, false>(x, i, r)?;
+    let mut out = [0u64; 8];
+    for (q, o) in out.iter_mut().take(N / 8).enumerate() {
+        *o = (0..8)
+            .map(|j| elem(&a, q * 8 + j, 1).abs_diff(elem(&b, q * 8 + j, 1)))
+            .sum();
+    }
+    write_reg(x, i, i.op[0], &out, N, 8, u64::MAX);
+    Ok(())
+}
+
+/// pextrd/vpextrd r/m32, xmm, imm8: doubleword imm8[1:0].
+pub(crate) fn pextrd<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let v = *x.regs().vec(usize::from(i.op[1] - VEC));
+    let d = elem(&v, (i.imm & 3) as usize, 4);
+    if i.op[0] == MEM {
+        let a = ea(x, i);
+        super::store(x, r, a, 4, d)
+    } else {
+        set_sized::<X, 4>(x, usize::from(i.op[0]), d);
+        Ok(())
+    }
+}
+
+/// pinsrd xmm, r/m32, imm8 (legacy) and vpinsrd xmm1, xmm2, r/m32, imm8:
+/// doubleword imm8[1:0] replaced.
+pub(crate) fn pinsrd<X: Machine, const LEGACY: bool>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let (base, src) = if LEGACY {
+        (i.op[0], i.op[1])
+    } else {
+        (i.op[1], i.op[2])
+    };
+    let d = super::read::<X, 4>(x, i, src, r)?;
+    let mut out = *x.regs().vec(usize::from(base - VEC));
+    set_elem(&mut out, (i.imm & 3) as usize, 4, d);
+    put::<X, LEGACY>(x, i, &out, 16);
+    Ok(())
+}
+
+/// vbroadcasti128 ymm, m128: the 16 bytes in both lanes.
+pub(crate) fn broadcast128<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let v = read::<X, 16, false>(x, i, i.op[1], r, 1, u64::MAX)?;
+    write_reg(
+        x,
+        i,
+        i.op[0],
+        &[v[0], v[1], v[0], v[1], 0, 0, 0, 0],
+        32,
+        8,
+        u64::MAX,
+    );
+    Ok(())
+}
+
+/// vmovlps/vmovlpd xmm1, xmm2, m64: the quadword from memory below the
+/// high quadword of xmm2.
+pub(crate) fn movlp<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let a = ea(x, i);
+    let lo = super::load(x, r, a, 8)?;
+    let hi = x.regs().vec(usize::from(i.op[1] - VEC))[1];
+    write_reg(x, i, i.op[0], &[lo, hi, 0, 0, 0, 0, 0, 0], 16, 8, u64::MAX);
+    Ok(())
+}
+
+/// EVEX down-converts vpmov{,s,us}{qd,db,…}: `FROM`-byte elements of an
+/// `N`-byte source narrowed to `TO` bytes by truncation, or saturated
+/// unsigned (`USAT`), under the writemask; to a register (zeroed above)
+/// or to memory (only enabled elements written).
+pub(crate) fn narrow<
+    X: Machine,
+    const FROM: usize,
+    const TO: usize,
+    const USAT: bool,
+    const N: usize,
+>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let m = writemask(x, i);
+    let v = cut(*x.regs().vec(usize::from(i.op[1] - VEC)), N);
+    let count = N / FROM;
+    let mut out = [0u64; 8];
+    for k in 0..count {
+        let e = elem(&v, k, FROM);
+        let y = if USAT {
+            e.min(crate::flags::mask(TO))
+        } else {
+            e
+        };
+        set_elem(&mut out, k, TO, y);
+    }
+    if i.op[0] == MEM {
+        let a = ea(x, i);
+        r.mem_addr = a;
+        r.mem_write = true;
+        return super::avx::store_masked(x, a, &out, count * TO, TO, m);
+    }
+    write_reg(x, i, i.op[0], &out, count * TO, TO, m);
+    Ok(())
+}

@@ -203,6 +203,8 @@ pub(crate) const PD2DQ: u8 = 4;
 pub(crate) const PD2PS: u8 = 5;
 pub(crate) const DQ2PD: u8 = 6;
 pub(crate) const PS2PD: u8 = 7;
+/// EVEX only: unsigned doublewords to singles.
+pub(crate) const UDQ2PS: u8 = 8;
 
 /// vcvtdq2ps, vcvt(t)ps2dq (`N` bytes in and out), vcvt(t)pd2dq and
 /// vcvtpd2ps (`N` bytes in, `N`/2 out), vcvtdq2pd and vcvtps2pd (`N`/2 in,
@@ -216,7 +218,7 @@ pub(crate) fn convert_packed<X: Machine, const OP: u8, const N: usize>(
     let m = writemask(x, i);
     // Source and destination element sizes, and the element count.
     let (se, de, count) = match OP {
-        DQ2PS | TPS2DQ | PS2DQ => (4, 4, N / 4),
+        DQ2PS | TPS2DQ | PS2DQ | UDQ2PS => (4, 4, N / 4),
         TPD2DQ | PD2DQ | PD2PS => (8, 4, N / 8),
         _ => (4, 8, N / 8),
     };
@@ -240,6 +242,7 @@ pub(crate) fn convert_packed<X: Machine, const OP: u8, const N: usize>(
         let v = u128::from(elem(&src, k, se));
         let y = match OP {
             DQ2PS => float::from_int(&mut e, F32, i64::from(v as u32 as i32)) as u64,
+            UDQ2PS => float::from_int(&mut e, F32, i64::from(v as u32)) as u64,
             DQ2PD => float::from_int(&mut e, F64, i64::from(v as u32 as i32)) as u64,
             TPS2DQ | PS2DQ => float::to_int(&mut e, float::unpack(F32, v, daz), 32),
             TPD2DQ | PD2DQ => float::to_int(&mut e, float::unpack(F64, v, daz), 32),
@@ -434,5 +437,30 @@ pub(crate) fn cmp_packed_k<X: Machine, const W: usize, const N: usize>(
     let mx = evex_checked(mxcsr, &e, i)?;
     x.regs_mut().set_k(usize::from(i.op[0] - KREG), k);
     x.regs_mut().set_mxcsr(mx);
+    Ok(())
+}
+
+/// vcvt(t)ss2usi and vcvt(t)sd2usi r32/r64 (`S` bytes), xmm/m (EVEX,
+/// optionally {sae} or static rounding): the low element as an unsigned
+/// integer, truncated when `TRUNC`.
+pub(crate) fn to_uint<X: Machine, const W: usize, const S: usize, const TRUNC: bool>(
+    x: &mut X,
+    i: &Insn,
+    r: &mut Retired,
+) -> Flow {
+    let src = read_v::<X, W, false>(x, i, i.op[1], r)?;
+    let mxcsr = mxcsr(x)?;
+    let mut e = env(mxcsr);
+    if let Some(rc) = i.static_rounding() {
+        e.rc = rc;
+    }
+    if TRUNC {
+        e.rc = RZ;
+    }
+    let a = float::unpack(format(W), lane(src, W, 0), e.daz);
+    let v = float::to_uint(&mut e, a, S as u32 * 8);
+    let m = evex_checked(mxcsr, &e, i)?;
+    super::set_sized::<X, S>(x, usize::from(i.op[0]), v);
+    x.regs_mut().set_mxcsr(m);
     Ok(())
 }
