@@ -237,3 +237,97 @@ int compare_keys(const void *a, const void *b) {
 unsigned leading(uint64_t x) { return x ? (unsigned)__builtin_clzll(x) : 64; }
 unsigned trailing(uint32_t x) { return x ? (unsigned)__builtin_ctz(x) : 32; }
 uint64_t mulhi(uint64_t a, uint64_t b) { return (uint64_t)(((unsigned __int128)a * b) >> 64); }
+
+/* More idioms: saturating and averaging pixel arithmetic, 16-bit dot
+ * products, absolute values, byte-swapped loads, unsigned conversions,
+ * bit counting, and 64-bit division. */
+void add_saturate(uint8_t *restrict d, const uint8_t *a, const uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned s = a[i] + b[i];
+        d[i] = s > 255 ? 255 : (uint8_t)s;
+    }
+}
+
+void average_u8(uint8_t *restrict d, const uint8_t *a, const uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        d[i] = (uint8_t)((a[i] + b[i] + 1) >> 1);
+}
+
+int32_t dot_i16(const int16_t *a, const int16_t *b, size_t n) {
+    int32_t s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+void abs_i32(int32_t *restrict d, const int32_t *a, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        d[i] = a[i] < 0 ? -a[i] : a[i];
+}
+
+void mulhi_i16(int16_t *restrict d, const int16_t *a, const int16_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        d[i] = (int16_t)((a[i] * b[i]) >> 16);
+}
+
+int8_t min_i8(const int8_t *a, size_t n) {
+    int8_t m = INT8_MAX;
+    for (size_t i = 0; i < n; i++)
+        m = a[i] < m ? a[i] : m;
+    return m;
+}
+
+uint64_t load_be64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+}
+
+double u64_to_double(uint64_t v) { return (double)v; }
+uint64_t double_to_u64(double v) { return (uint64_t)v; }
+float u32_to_float(uint32_t v) { return (float)v; }
+
+void convert_u32(float *restrict d, const uint32_t *a, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        d[i] = (float)a[i];
+}
+
+void floats_to_doubles(double *restrict d, const float *a, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        d[i] = a[i] * 2.0;
+}
+
+unsigned count_bits(const uint64_t *w, size_t n) {
+    unsigned c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += (unsigned)__builtin_popcountll(w[i]);
+    return c;
+}
+
+uint64_t divide(uint64_t a, uint64_t b, int64_t c, int64_t d) {
+    return a / b + (uint64_t)(c % d);
+}
+
+int64_t sum_i8_to_i64(const int8_t *a, size_t n) {
+    int64_t s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += a[i];
+    return s;
+}
+
+void gather_u32(uint32_t *restrict d, const uint32_t *table, const uint32_t *idx, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        d[i] = table[idx[i] & 1023];
+}
+
+void select_bytes(uint8_t *restrict d, const uint8_t *a, uint8_t lo, uint8_t hi, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        d[i] = a[i] >= lo && a[i] <= hi ? a[i] : 0;
+}
+
+double sqrt_sum(const double *a, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += __builtin_sqrt(a[i]);
+    return s;
+}
