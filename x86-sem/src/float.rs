@@ -516,6 +516,105 @@ pub(crate) fn add(env: &mut Env, fmt: Format, a: Num, b: Num, sub: bool) -> Out 
     Out::Bits(bits)
 }
 
+/// a × b + c with one rounding, the product negated when `neg_product`
+/// and c when `neg_addend` (the FMA instructions, for single and double
+/// precision: both significands have at most 53 bits, so the product is
+/// exact in 106). The sum is aligned as [`add`] aligns: the larger term
+/// at bit 126, the smaller's bits lost below bit 0 folded into a sticky
+/// bit, which leaves more than p + 2 bits above it whenever bits are lost.
+pub(crate) fn fma(
+    env: &mut Env,
+    fmt: Format,
+    [a, b, c]: [Num; 3],
+    neg_product: bool,
+    neg_addend: bool,
+) -> Out {
+    if let Some(o) = operands(env, fmt, &[a, b, c]) {
+        return o;
+    }
+    let pneg = (a.neg() != b.neg()) != neg_product;
+    let c = c.with_sign(c.neg() != neg_addend);
+    // The product as (sign, exponent, significand with bit 126 its top).
+    let product = match (a, b) {
+        (Num::Inf { .. }, Num::Zero { .. }) | (Num::Zero { .. }, Num::Inf { .. }) => {
+            return invalid(env, fmt)
+        }
+        (Num::Inf { .. }, _) | (_, Num::Inf { .. }) => Num::Inf { neg: pneg },
+        (Num::Zero { .. }, _) | (_, Num::Zero { .. }) => Num::Zero { neg: pneg },
+        (
+            Num::Fin {
+                exp: ea, sig: sa, ..
+            },
+            Num::Fin {
+                exp: eb, sig: sb, ..
+            },
+        ) => {
+            let p = u128::from(sa) * u128::from(sb);
+            // Bit 127 or 126 is the top; the low 22 bits are zero.
+            let (m, e) = if p >> 127 != 0 {
+                (p >> 1, ea + eb + 1)
+            } else {
+                (p, ea + eb)
+            };
+            return Out::Bits(match c {
+                Num::Inf { .. } => pack_special(fmt, c),
+                Num::Zero { .. } => round(env, fmt, pneg, e, m),
+                Num::Fin {
+                    neg: nc,
+                    exp: ec,
+                    sig: sc,
+                    ..
+                } => sum(env, fmt, (pneg, e, m), (nc, ec - 63, u128::from(sc) << 63)),
+                _ => unreachable_bits(env),
+            });
+        }
+        _ => return Out::Bits(unreachable_bits(env)),
+    };
+    // The product is infinite or zero.
+    let bits = match (product, c) {
+        (Num::Inf { neg: x }, Num::Inf { neg: y }) if x != y => return invalid(env, fmt),
+        (Num::Inf { .. }, _) => pack_special(fmt, product),
+        (_, Num::Inf { .. }) => pack_special(fmt, c),
+        (Num::Zero { neg: x }, Num::Zero { neg: y }) => pack_special(
+            fmt,
+            Num::Zero {
+                neg: if x == y { x } else { zero_sum_sign(env.rc) },
+            },
+        ),
+        (_, Num::Fin { neg, exp, sig, .. }) => round(env, fmt, neg, exp, u128::from(sig)),
+        _ => unreachable_bits(env),
+    };
+    Out::Bits(bits)
+}
+
+/// Rounds the sum of two exact terms (sign, exponent, significand whose
+/// top bit is bit 126), aligned as [`add`] aligns.
+fn sum(env: &mut Env, fmt: Format, a: (bool, i32, u128), b: (bool, i32, u128)) -> u128 {
+    let (big, small) = if (a.1, a.2) >= (b.1, b.2) {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let d = (big.1 - small.1) as u32;
+    let y = match d {
+        0 => small.2,
+        1..=127 => (small.2 >> d) | u128::from(small.2 & ((1 << d) - 1) != 0),
+        _ => 1,
+    };
+    if big.0 == small.0 {
+        round(env, fmt, big.0, big.1, big.2 + y)
+    } else if big.2 == y {
+        pack_special(
+            fmt,
+            Num::Zero {
+                neg: zero_sum_sign(env.rc),
+            },
+        )
+    } else {
+        round(env, fmt, big.0, big.1, big.2 - y)
+    }
+}
+
 /// Operand kinds [`operands`] has excluded: never reached, and treated
 /// as a case not covered rather than a result.
 fn unreachable_bits(env: &mut Env) -> u128 {
@@ -764,6 +863,40 @@ pub(crate) fn to_int(env: &mut Env, a: Num, bits: u32) -> u64 {
     } else {
         v
     }
+}
+
+/// `a` as an unsigned integer of `bits` bits, rounded under `env.rc`
+/// (the AVX-512 vcvt(t)s*2usi): the value, or all ones (the unsigned
+/// integer indefinite) with IE for a NaN, an infinity, or a value out of
+/// range (a negative one rounding to zero is in range).
+pub(crate) fn to_uint(env: &mut Env, a: Num, bits: u32) -> u64 {
+    let indefinite = u64::MAX >> (64 - bits);
+    let (neg, exp, sig) = match a {
+        Num::Zero { .. } => return 0,
+        Num::Fin { neg, exp, sig, .. } => (neg, exp, sig),
+        _ => {
+            env.flags |= IE;
+            return indefinite;
+        }
+    };
+    let (q, inexact, up) = if exp >= 0 {
+        if exp >= 64 {
+            (u128::MAX, false, false)
+        } else {
+            (u128::from(sig) << exp, false, false)
+        }
+    } else {
+        shift_round(u128::from(sig), (-exp) as u32, env.rc, neg)
+    };
+    if q > u128::from(indefinite) || (neg && q != 0) {
+        env.flags |= IE;
+        return indefinite;
+    }
+    if inexact {
+        env.flags |= PE;
+    }
+    env.rounded_up = up;
+    q as u64
 }
 
 /// How two values compare.

@@ -52,7 +52,8 @@ pub struct Insn {
     pub(crate) addr32: bool,
     /// The EVEX writemask register (1–7), or 0 for none.
     pub(crate) kmask: u8,
-    /// [`ZEROING`] and [`BROADCAST`].
+    /// [`ZEROING`], [`BROADCAST`], [`SAE`], and the EVEX static rounding
+    /// control in bits 3–5 (see [`Insn::static_rounding`]).
     pub(crate) vflags: u8,
     pub(crate) instr: Instruction,
 }
@@ -61,6 +62,10 @@ pub struct Insn {
 pub(crate) const ZEROING: u8 = 1;
 /// EVEX {1toN}: the memory operand is one element, repeated.
 pub(crate) const BROADCAST: u8 = 2;
+/// EVEX {sae}, or a static rounding control (which implies it): floating
+/// point exceptions are neither flagged nor raised.
+pub(crate) const SAE: u8 = 4;
+const RC_SHIFT: u8 = 3;
 
 impl Insn {
     /// The tag of an empty cache entry (no instruction starts there and
@@ -161,8 +166,13 @@ impl Insn {
         if instr.op_mask() != Register::None {
             insn.kmask = instr.op_mask().number() as u8;
         }
+        // iced's RoundingControl: None, then nearest, down, up, toward
+        // zero, the MXCSR encodings plus one.
+        let rc = instr.rounding_control() as u8;
         insn.vflags = (u8::from(instr.zeroing_masking()) * ZEROING)
-            | (u8::from(instr.is_broadcast()) * BROADCAST);
+            | (u8::from(instr.is_broadcast()) * BROADCAST)
+            | (u8::from(instr.suppress_all_exceptions() || rc != 0) * SAE)
+            | rc << RC_SHIFT;
         insn.seg = match instr.memory_segment() {
             Register::FS => SEG_FS,
             Register::GS => SEG_GS,
@@ -198,6 +208,17 @@ impl Insn {
     #[inline]
     pub fn instruction(&self) -> &Instruction {
         &self.instr
+    }
+
+    /// The EVEX static rounding control ({rn-sae} … {rz-sae}) in MXCSR's
+    /// encoding, or `None` when the instruction follows MXCSR.
+    #[must_use]
+    #[inline]
+    pub(crate) fn static_rounding(&self) -> Option<u8> {
+        match self.vflags >> RC_SHIFT {
+            0 => None,
+            rc => Some(rc - 1),
+        }
     }
 
     /// The instruction's iced `Code`.

@@ -21,13 +21,13 @@ pub(crate) type V = [u64; 8];
 
 /// Element `k` of `e` bytes.
 #[inline(always)]
-fn elem(v: &V, k: usize, e: usize) -> u64 {
+pub(super) fn elem(v: &V, k: usize, e: usize) -> u64 {
     let bit = k * e * 8;
     (v[bit / 64] >> (bit % 64)) & mask(e)
 }
 
 #[inline(always)]
-fn set_elem(v: &mut V, k: usize, e: usize, value: u64) {
+pub(super) fn set_elem(v: &mut V, k: usize, e: usize, value: u64) {
     let bit = k * e * 8;
     let sh = bit % 64;
     let lane = &mut v[bit / 64];
@@ -36,8 +36,11 @@ fn set_elem(v: &mut V, k: usize, e: usize, value: u64) {
 
 /// `v` cut to `n` bytes (zero above).
 #[inline(always)]
-fn cut(mut v: V, n: usize) -> V {
-    for lane in &mut v[n / 8..] {
+pub(super) fn cut(mut v: V, n: usize) -> V {
+    if n % 8 != 0 {
+        v[n / 8] &= (1u64 << (n % 8 * 8)) - 1;
+    }
+    for lane in &mut v[n.div_ceil(8)..] {
         *lane = 0;
     }
     v
@@ -51,7 +54,7 @@ fn to_bytes(v: &V) -> [u8; 64] {
     b
 }
 
-fn from_bytes(b: &[u8; 64]) -> V {
+pub(super) fn from_bytes(b: &[u8; 64]) -> V {
     let mut v = [0u64; 8];
     for (lane, chunk) in v.iter_mut().zip(b.chunks_exact(8)) {
         let mut w = [0u8; 8];
@@ -63,7 +66,7 @@ fn from_bytes(b: &[u8; 64]) -> V {
 
 /// The writemask: the selected k register, or all ones without one.
 #[inline(always)]
-fn writemask<X: Machine>(x: &X, i: &Insn) -> u64 {
+pub(super) fn writemask<X: Machine>(x: &X, i: &Insn) -> u64 {
     if i.kmask == 0 {
         u64::MAX
     } else {
@@ -73,21 +76,27 @@ fn writemask<X: Machine>(x: &X, i: &Insn) -> u64 {
 
 /// Whether every one of `count` elements is enabled.
 #[inline(always)]
-fn all(m: u64, count: usize) -> bool {
+pub(super) fn all(m: u64, count: usize) -> bool {
     m & elements(count) == elements(count)
 }
 
 /// Whether any of `count` elements is enabled. A misaligned aligned move
 /// whose elements are all disabled does not fault (measured on Zen 5).
 #[inline(always)]
-fn any(m: u64, count: usize) -> bool {
+pub(super) fn any(m: u64, count: usize) -> bool {
     m & elements(count) != 0
 }
 
 /// Reads `n` bytes of memory at `a` into a vector (zero above), only the
 /// elements of `e` bytes enabled in `m` (the others read as zero and are
 /// not accessed).
-fn load_masked<X: Machine>(x: &mut X, a: u64, n: usize, e: usize, m: u64) -> Result<V, Stop> {
+pub(super) fn load_masked<X: Machine>(
+    x: &mut X,
+    a: u64,
+    n: usize,
+    e: usize,
+    m: u64,
+) -> Result<V, Stop> {
     let count = n / e;
     let mut b = [0u8; 64];
     if all(m, count) {
@@ -115,7 +124,14 @@ fn load_masked<X: Machine>(x: &mut X, a: u64, n: usize, e: usize, m: u64) -> Res
 /// read-modify-write of the span from the first to the last (the disabled
 /// bytes inside it written back unchanged), so that a store that fails
 /// has written nothing.
-fn store_masked<X: Machine>(x: &mut X, a: u64, v: &V, n: usize, e: usize, m: u64) -> Flow {
+pub(super) fn store_masked<X: Machine>(
+    x: &mut X,
+    a: u64,
+    v: &V,
+    n: usize,
+    e: usize,
+    m: u64,
+) -> Flow {
     let m = m & elements(n / e);
     if m == 0 {
         return Ok(());
@@ -139,7 +155,7 @@ fn store_masked<X: Machine>(x: &mut X, a: u64, v: &V, n: usize, e: usize, m: u64
 /// Reads vector operand slot `o` as `N` bytes: a vector register, memory
 /// (16-, 32- or 64-byte aligned if `ALIGNED`), or under EVEX {1toN} one
 /// `e`-byte element repeated. Memory elements disabled in `m` are not read.
-fn read<X: Machine, const N: usize, const ALIGNED: bool>(
+pub(super) fn read<X: Machine, const N: usize, const ALIGNED: bool>(
     x: &mut X,
     i: &Insn,
     o: u8,
@@ -175,7 +191,15 @@ fn read<X: Machine, const N: usize, const ALIGNED: bool>(
 /// Writes an `n`-byte result to vector register slot `o`: elements of `e`
 /// bytes disabled in `m` keep the old value (or zero under {z}); all bits
 /// above `n` bytes are zeroed.
-fn write_reg<X: Machine>(x: &mut X, i: &Insn, o: u8, new: &V, n: usize, e: usize, m: u64) {
+pub(super) fn write_reg<X: Machine>(
+    x: &mut X,
+    i: &Insn,
+    o: u8,
+    new: &V,
+    n: usize,
+    e: usize,
+    m: u64,
+) {
     let count = n / e;
     let dest = x.regs_mut().vec_mut(usize::from(o - VEC));
     if all(m, count) {
@@ -251,7 +275,9 @@ pub(crate) fn mov_low<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut R
     }
 }
 
-/// Element-wise operations, named by their mnemonic.
+/// Element-wise operations, named by their mnemonic. The bitwise ones
+/// (`PAND`, `PANDN`, `POR`, `PXORQ`) serve VEX's vpand/vpandn/vpor/vpxor
+/// too, whose element size nothing observes.
 pub(crate) mod op {
     pub(crate) const PADDB: u8 = 0;
     pub(crate) const PSUBB: u8 = 1;
@@ -259,13 +285,49 @@ pub(crate) mod op {
     pub(crate) const PMINUD: u8 = 3;
     pub(crate) const PXORD: u8 = 4;
     pub(crate) const PXORQ: u8 = 5;
+    pub(crate) const PAND: u8 = 6;
+    pub(crate) const PANDN: u8 = 7;
+    pub(crate) const POR: u8 = 8;
+    /// vpcmpeqb/d, vpcmpgtb into a vector: all ones where true.
+    pub(crate) const PCMPEQB: u8 = 9;
+    pub(crate) const PCMPEQD: u8 = 10;
+    pub(crate) const PCMPGTB: u8 = 11;
+    pub(crate) const PADDD: u8 = 12;
+    pub(crate) const PADDQ: u8 = 13;
+    pub(crate) const PSUBD: u8 = 14;
+    pub(crate) const PSUBQ: u8 = 15;
+    pub(crate) const PMAXSW: u8 = 16;
+    /// The low doublewords of each quadword multiplied, unsigned.
+    pub(crate) const PMULUDQ: u8 = 17;
+    pub(crate) const PCMPGTD: u8 = 18;
+    pub(crate) const PMULLQ: u8 = 19;
+    /// vpsrlvd: each doubleword shifted by its own count; zero from 32.
+    pub(crate) const PSRLVD: u8 = 20;
+    pub(crate) const PADDW: u8 = 21;
+    pub(crate) const PSUBW: u8 = 22;
+    pub(crate) const PMULLD: u8 = 23;
+    pub(crate) const PMAXSD: u8 = 24;
+    pub(crate) const PMINSD: u8 = 25;
+    pub(crate) const PMAXUB: u8 = 26;
+    pub(crate) const PCMPEQQ: u8 = 27;
+    pub(crate) const PCMPGTQ: u8 = 28;
+    pub(crate) const PSLLVD: u8 = 29;
+    pub(crate) const PAVGB: u8 = 30;
+    /// The high words of the signed products.
+    pub(crate) const PMULHW: u8 = 31;
+    pub(crate) const PMINSB: u8 = 32;
+    pub(crate) const PANDD: u8 = 33;
 }
 
 /// Element size of an element-wise operation.
 const fn elem_size(o: u8) -> usize {
     match o {
-        op::PADDB | op::PSUBB | op::PMINUB => 1,
-        op::PMINUD | op::PXORD => 4,
+        op::PADDB | op::PSUBB | op::PMINUB | op::PCMPEQB | op::PCMPGTB | op::PMAXUB => 1,
+        op::PAVGB | op::PMINSB => 1,
+        op::PMAXSW | op::PADDW | op::PSUBW | op::PMULHW => 2,
+        op::PANDD => 4,
+        op::PMINUD | op::PXORD | op::PCMPEQD | op::PADDD | op::PSUBD | op::PCMPGTD => 4,
+        op::PSRLVD | op::PSLLVD | op::PMULLD | op::PMAXSD | op::PMINSD => 4,
         _ => 8,
     }
 }
@@ -288,12 +350,44 @@ pub(crate) fn binary<X: Machine, const OP: u8, const N: usize>(
             op::PADDB => p.wrapping_add(q),
             op::PSUBB => p.wrapping_sub(q),
             op::PMINUB | op::PMINUD => p.min(q),
+            op::PAND | op::PANDD => p & q,
+            op::PAVGB => (p + q + 1) >> 1,
+            op::PMULHW => ((i64::from(p as i16) * i64::from(q as i16)) >> 16) as u64,
+            op::PMINSB => (p as i8).min(q as i8) as u64,
+            op::PANDN => !p & q,
+            op::POR => p | q,
+            op::PCMPEQB | op::PCMPEQD => all_ones(p == q),
+            op::PCMPGTB => all_ones(p as i8 > q as i8),
+            op::PADDW | op::PADDD | op::PADDQ => p.wrapping_add(q),
+            op::PSUBW | op::PSUBD | op::PSUBQ => p.wrapping_sub(q),
+            op::PMAXSW => (p as i16).max(q as i16) as u64,
+            op::PMAXSD => (p as i32).max(q as i32) as u64,
+            op::PMINSD => (p as i32).min(q as i32) as u64,
+            op::PMAXUB => p.max(q),
+            op::PMULUDQ => (p & 0xffff_ffff) * (q & 0xffff_ffff),
+            op::PMULLD | op::PMULLQ => p.wrapping_mul(q),
+            op::PCMPGTD => all_ones(p as i32 > q as i32),
+            op::PCMPEQQ => all_ones(p == q),
+            op::PCMPGTQ => all_ones(p as i64 > q as i64),
+            op::PSRLVD => p.checked_shr(q as u32).filter(|_| q < 32).unwrap_or(0),
+            op::PSLLVD => p.checked_shl(q as u32).filter(|_| q < 32).unwrap_or(0),
             _ => p ^ q,
         };
         set_elem(&mut out, k, e, v);
     }
     write_reg(x, i, i.op[0], &out, N, e, m);
     Ok(())
+}
+
+/// An element of all ones (a true comparison) or zeros; `set_elem` cuts
+/// it to the element's size.
+#[inline(always)]
+pub(super) fn all_ones(c: bool) -> u64 {
+    if c {
+        u64::MAX
+    } else {
+        0
+    }
 }
 
 /// vpternlogd: each result bit is bit (a·4 + b·2 + c) of imm8, where a is
@@ -332,6 +426,10 @@ pub(crate) mod cmp {
     pub(crate) const TESTNMB: u8 = 6;
     pub(crate) const TESTMD: u8 = 7;
     pub(crate) const TESTNMD: u8 = 8;
+    /// vpcmpeqd k: equality of doublewords.
+    pub(crate) const EQD: u8 = 9;
+    /// vpcmpgtd k: signed greater-than of doublewords.
+    pub(crate) const GTD: u8 = 10;
 }
 
 /// k = compare(src1, src2) element-wise (`N` bytes), ANDed with the
@@ -343,7 +441,7 @@ pub(crate) fn compare<X: Machine, const OP: u8, const N: usize>(
 ) -> Flow {
     use cmp::*;
     let e = match OP {
-        CMPD | CMPUD | TESTMD | TESTNMD => 4,
+        CMPD | CMPUD | TESTMD | TESTNMD | EQD | GTD => 4,
         _ => 1,
     };
     let m = writemask(x, i);
@@ -360,7 +458,8 @@ pub(crate) fn compare<X: Machine, const OP: u8, const N: usize>(
         );
         let lt = if signed { sp < sq } else { p < q };
         let bit = match OP {
-            EQB => p == q,
+            EQB | EQD => p == q,
+            GTD => sp > sq,
             TESTMB | TESTMD => p & q != 0,
             TESTNMB | TESTNMD => p & q == 0,
             _ => match pred {
@@ -402,6 +501,39 @@ pub(crate) fn broadcast<X: Machine, const E: usize, const N: usize>(
         set_elem(&mut v, k, E, one);
     }
     write_reg(x, i, i.op[0], &v, N, E, m);
+    Ok(())
+}
+
+/// vpmovmskb r32, xmm/ymm (`N` = 16/32): the byte sign bits, the
+/// register written whole (zero-extended).
+pub(crate) fn pmovmskb<X: Machine, const N: usize>(x: &mut X, i: &Insn, _r: &mut Retired) -> Flow {
+    let v = cut(*x.regs().vec(usize::from(i.op[1] - VEC)), N);
+    let m = (0..N).fold(0u64, |m, k| m | (elem(&v, k, 1) >> 7) << k);
+    super::set_reg(x, usize::from(i.op[0]), m);
+    Ok(())
+}
+
+/// vpshufb (`N` bytes): within each 128-bit lane, byte j of the result is
+/// byte (b[j] & 15) of that lane of a, or zero when bit 7 of b[j] is set.
+pub(crate) fn pshufb<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let b = read::<X, N, false>(x, i, i.op[2], r, 1, u64::MAX)?;
+    let a = read::<X, N, false>(x, i, i.op[1], r, 1, u64::MAX)?;
+    let mut out = [0u64; 8];
+    for j in 0..N {
+        let sel = elem(&b, j, 1);
+        if sel & 0x80 == 0 {
+            set_elem(&mut out, j, 1, elem(&a, j & !15 | (sel as usize & 15), 1));
+        }
+    }
+    write_reg(x, i, i.op[0], &out, N, 1, u64::MAX);
+    Ok(())
+}
+
+/// vzeroall: zmm0–15 become zero (zmm16–31 are kept).
+pub(crate) fn zeroall<X: Machine>(x: &mut X, _i: &Insn, _r: &mut Retired) -> Flow {
+    for n in 0..16 {
+        *x.regs_mut().vec_mut(n) = [0; 8];
+    }
     Ok(())
 }
 

@@ -25,6 +25,18 @@ pub(crate) fn bzhi<X: Machine, const S: usize>(x: &mut X, i: &Insn, r: &mut Reti
     Ok(())
 }
 
+/// andn r, r, r/m: the second source AND NOT the first. SF and ZF from
+/// the result; CF and OF cleared; AF and PF undefined.
+pub(crate) fn andn<X: Machine, const S: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let b = read::<X, S>(x, i, i.op[2], r)?;
+    let a = read::<X, S>(x, i, i.op[1], r)?;
+    let v = !a & b & mask(S);
+    write::<X, S>(x, i, i.op[0], v, r)?;
+    // szp also gives PF, which is undefined here: harmless.
+    flags::update(x.regs_mut(), STATUS, szp::<S>(v), AF | PF);
+    Ok(())
+}
+
 pub(crate) const BLSMSK: u8 = 0;
 pub(crate) const BLSR: u8 = 1;
 

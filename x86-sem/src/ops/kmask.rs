@@ -30,6 +30,13 @@ pub(crate) fn to_gpr<X: Machine, const BITS: u32>(x: &mut X, i: &Insn, _r: &mut 
 pub(crate) const KOR: u8 = 0;
 pub(crate) const KXNOR: u8 = 1;
 
+/// knotw/knotd k1, k2.
+pub(crate) fn knot<X: Machine, const BITS: u32>(x: &mut X, i: &Insn, _r: &mut Retired) -> Flow {
+    let v = !k(x, i.op[1]) & low_bits(BITS as usize);
+    x.regs_mut().set_k(usize::from(i.op[0] - KREG), v);
+    Ok(())
+}
+
 /// kor, kxnor k1, k2, k3.
 pub(crate) fn logic<X: Machine, const OP: u8, const BITS: u32>(
     x: &mut X,

@@ -10,6 +10,9 @@
 //! registers as they were.
 
 mod avx;
+mod avx2;
+mod avx512;
+mod avxfp;
 mod bits;
 mod bmi;
 mod flow;

@@ -196,6 +196,12 @@ pub(crate) mod op {
     pub(crate) const PACKUSWB: u8 = 33;
     pub(crate) const PACKSSWB: u8 = 34;
     pub(crate) const PACKSSDW: u8 = 35;
+    /// SSE4.1.
+    pub(crate) const PMINUD: u8 = 36;
+    pub(crate) const PMINSB: u8 = 37;
+    pub(crate) const PMINSD: u8 = 38;
+    /// SSE2.
+    pub(crate) const PMULHW: u8 = 39;
 }
 
 /// The packed operation `OP` on two 128-bit values.
@@ -224,6 +230,10 @@ fn packed_value<const OP: u8>(a: u128, b: u128) -> u128 {
         PCMPGTD => lanes(a, b, 4, |p, q| all(sx(p, 4) > sx(q, 4))),
         PMINUB => lanes(a, b, 1, u64::min),
         PMAXUB => lanes(a, b, 1, u64::max),
+        PMINUD => lanes(a, b, 4, u64::min),
+        PMINSB => lanes(a, b, 1, |p, q| if sx(p, 1) < sx(q, 1) { p } else { q }),
+        PMINSD => lanes(a, b, 4, |p, q| if sx(p, 4) < sx(q, 4) { p } else { q }),
+        PMULHW => lanes(a, b, 2, |p, q| ((sx(p, 2) * sx(q, 2)) >> 16) as u64),
         PMINSW => lanes(a, b, 2, |p, q| if sx(p, 2) < sx(q, 2) { p } else { q }),
         PMAXSW => lanes(a, b, 2, |p, q| if sx(p, 2) > sx(q, 2) { p } else { q }),
         PAVGB => lanes(a, b, 1, |p, q| (p + q + 1) >> 1),

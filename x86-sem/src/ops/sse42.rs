@@ -1,5 +1,5 @@
-//! pcmpistri (SSE4.2) and pshufb (SSSE3), as glibc's strcspn, strspn and
-//! strpbrk use them.
+//! pcmpistri (SSE4.2), and pshufb and palignr (SSSE3), as glibc's
+//! strcspn, strspn, strpbrk and wcscpy use them.
 
 use super::{ea, set_sized, Flow};
 use crate::flags;
@@ -44,6 +44,22 @@ pub(crate) fn pshufb<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
         } else {
             a[usize::from(b[j] & 15)]
         }
+    });
+    x.regs_mut()
+        .set_xmm(usize::from(i.op[0] - VEC), u128::from_le_bytes(out));
+    Ok(())
+}
+
+/// palignr xmm1, xmm2/m128, imm8: the 32 bytes xmm1:xmm2 (xmm1 high)
+/// shifted right by imm8 bytes, low 16 kept; zero from imm8 = 32 on.
+pub(crate) fn palignr<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
+    let b = read128::<X, true>(x, i, i.op[1], r)?;
+    let a = read128::<X, false>(x, i, i.op[0], r)?;
+    let shift = (i.imm & 0xff) as usize;
+    let out: [u8; 16] = core::array::from_fn(|j| match j + shift {
+        k @ 0..=15 => b[k],
+        k @ 16..=31 => a[k - 16],
+        _ => 0,
     });
     x.regs_mut()
         .set_xmm(usize::from(i.op[0] - VEC), u128::from_le_bytes(out));

@@ -19,7 +19,7 @@ use crate::step::{Machine, Retired, Stop};
 
 /// The rounding environment MXCSR sets.
 #[inline]
-fn env(mxcsr: u32) -> Env {
+pub(super) fn env(mxcsr: u32) -> Env {
     Env {
         ftz: mxcsr & 0x8000 != 0,
         daz: mxcsr & 0x40 != 0,
@@ -29,7 +29,7 @@ fn env(mxcsr: u32) -> Env {
 
 /// MXCSR, or a stop while the owner has not filled it.
 #[inline]
-fn mxcsr<X: Machine>(x: &X) -> Result<u32, Stop> {
+pub(super) fn mxcsr<X: Machine>(x: &X) -> Result<u32, Stop> {
     let m = x.regs().mxcsr();
     if m > 0xffff {
         return Err(Stop::Opaque);
@@ -40,7 +40,7 @@ fn mxcsr<X: Machine>(x: &X) -> Result<u32, Stop> {
 /// Stops when an exception `e` raised is unmasked, or `e` met a case the
 /// soft float does not cover; otherwise the MXCSR with the flags set.
 #[inline]
-fn checked(mxcsr: u32, e: &Env) -> Result<u32, Stop> {
+pub(super) fn checked(mxcsr: u32, e: &Env) -> Result<u32, Stop> {
     let masks = (mxcsr >> 7) as u8 & 0x3f;
     if e.opaque || e.raised() & !masks != 0 {
         return Err(Stop::Opaque);
@@ -48,7 +48,7 @@ fn checked(mxcsr: u32, e: &Env) -> Result<u32, Stop> {
     Ok(mxcsr | u32::from(e.flags))
 }
 
-const fn format(w: usize) -> Format {
+pub(super) const fn format(w: usize) -> Format {
     if w == 4 {
         F32
     } else {
@@ -67,7 +67,7 @@ pub(crate) const SQRT: u8 = 6;
 
 /// One element of `OP`: `a` the destination's, `b` the source's.
 #[inline]
-fn element<const OP: u8>(e: &mut Env, fmt: Format, a: u128, b: u128) -> u128 {
+pub(super) fn element<const OP: u8>(e: &mut Env, fmt: Format, a: u128, b: u128) -> u128 {
     let x = float::unpack(fmt, a, e.daz);
     let y = float::unpack(fmt, b, e.daz);
     let out = match OP {
@@ -108,7 +108,7 @@ fn element<const OP: u8>(e: &mut Env, fmt: Format, a: u128, b: u128) -> u128 {
 }
 
 /// `W`-byte elements (4 or 8) of a 128-bit value.
-const fn lane(v: u128, w: usize, k: usize) -> u128 {
+pub(super) const fn lane(v: u128, w: usize, k: usize) -> u128 {
     (v >> (k * w * 8)) & ((1u128 << (w * 8)) - 1)
 }
 
@@ -277,7 +277,7 @@ pub(crate) fn convert_scalar<X: Machine, const W: usize>(
 
 /// One value from `from` to `to`; a NaN keeps its sign and the high bits
 /// of its payload, quieted.
-fn convert(e: &mut Env, from: Format, to: Format, bits: u128) -> u128 {
+pub(super) fn convert(e: &mut Env, from: Format, to: Format, bits: u128) -> u128 {
     let a = float::unpack(from, bits, e.daz);
     match float::convert(e, to, a) {
         Out::Bits(v) => v,

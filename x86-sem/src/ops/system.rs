@@ -4,7 +4,7 @@
 use super::{defined, reg, set_reg, Flow};
 use crate::flags;
 use crate::insn::Insn;
-use crate::regs::flag::{AF, CF, DF, PF, SF, ZF};
+use crate::regs::flag::{AF, CF, DF, PF, SF, STATUS, ZF};
 use crate::regs::Registers;
 use crate::step::{Machine, Retired, Stop};
 
@@ -54,6 +54,14 @@ pub(crate) fn lahf<X: Machine>(x: &mut X, _i: &Insn, _r: &mut Retired) -> Flow {
 pub(crate) fn sahf<X: Machine>(x: &mut X, _i: &Insn, _r: &mut Retired) -> Flow {
     let ah = (reg(x, 0) >> 8) & 0xff;
     flags::update(x.regs_mut(), AH_FLAGS, ah, 0);
+    Ok(())
+}
+
+/// xtest (RTM): ZF set, as outside a transaction; CF, OF, SF, AF and PF
+/// cleared. The core never runs inside one: a transaction aborts when the
+/// signal that starts emulation arrives, and xbegin is not implemented.
+pub(crate) fn xtest<X: Machine>(x: &mut X, _i: &Insn, _r: &mut Retired) -> Flow {
+    flags::update(x.regs_mut(), STATUS, ZF, 0);
     Ok(())
 }
 

@@ -198,11 +198,10 @@ fn status_flags(i: &Instruction, s: &CpuState) -> Expect {
         Bsf | Bsr => expect_with(STATUS, STATUS & !ZF),
         Tzcnt | Lzcnt => expect_with(STATUS, OF | SF | AF | PF),
         Popcnt => expect_with(STATUS, 0),
-        Bzhi | Blsmsk | Blsr => expect_with(STATUS, AF | PF),
-        Kortestd | Kortestq | Ktestd | Ktestq | Pcmpistri => expect_with(STATUS, 0),
-        Ucomiss | Ucomisd | Comiss | Comisd | Fucomi | Fucomip | Fcomi | Fcomip => {
-            expect_with(STATUS, 0)
-        }
+        Andn | Bzhi | Blsmsk | Blsr => expect_with(STATUS, AF | PF),
+        Kortestd | Kortestq | Ktestd | Ktestq | Pcmpistri | Xtest => expect_with(STATUS, 0),
+        Ucomiss | Ucomisd | Comiss | Comisd | Vucomiss | Vucomisd | Vcomiss | Vcomisd | Fucomi
+        | Fucomip | Fcomi | Fcomip => expect_with(STATUS, 0),
         Fcmovb | Fcmovnb | Fcmove | Fcmovne | Fcmovbe | Fcmovnbe | Fcmovu | Fcmovnu => Expect {
             reads: match m {
                 Fcmovb | Fcmovnb => CF,
