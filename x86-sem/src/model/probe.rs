@@ -67,6 +67,9 @@ const MAP: &[(F, u32, u32, u8, u8)] = &[
     (F::BMI2, 7, 0, EBX, 8),
     (F::INVPCID, 7, 0, EBX, 10),
     (F::RTM, 7, 0, EBX, 11),
+    // xtest: either of the two TSX features.
+    (F::HLE_or_RTM, 7, 0, EBX, 4),
+    (F::HLE_or_RTM, 7, 0, EBX, 11),
     (F::MPX, 7, 0, EBX, 14),
     (F::AVX512F, 7, 0, EBX, 16),
     (F::AVX512DQ, 7, 0, EBX, 17),
