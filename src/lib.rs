@@ -4,7 +4,8 @@
 //! event, decodes ahead from the sampled pc, and follows the branches it
 //! cannot resolve statically with one hardware execute breakpoint per
 //! thread, recording bursts of consecutive taken branches (LBR-like traces)
-//! without a hardware LBR. See DESIGN.md for the algorithm.
+//! without a hardware LBR. See ARCHITECTURE.md for the algorithm and the
+//! measured facts behind the design.
 //!
 //! Floors, from the ground up; an import only ever points down (see
 //! ARCHITECTURE.md):
