@@ -47,11 +47,12 @@ TOOLS=(
     setpriv:util-linux
     node:nodejs
     java:default-jre-headless
+    ld.so:libc-bin
 )
 # Packages this script installs when missing.
 PACKAGES=(clang-19 llvm-19 lld-19 bolt-19 autofdo valgrind musl-tools dpkg-dev xz-utils tcl util-linux python3 make gcc binutils nodejs default-jre-headless)
 # Packages every Debian system has (Essential or Priority: required).
-BASE=(apt bash dash tar mawk coreutils)
+BASE=(apt bash dash tar mawk coreutils libc-bin)
 # Programs that are not Debian packages: the Rust toolchain, and the
 # workspace's own binaries.
 NOT_PACKAGES=(cargo rustup rustc profiler-ctl bench-harness brr-run brr-instrument brr-experiment)

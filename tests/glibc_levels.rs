@@ -89,11 +89,11 @@ const LEVELS: [Level; 3] = [
 
 /// The active CPUID words glibc's dynamic loader reports under `tunables`.
 fn active(tunables: &str, feature: Feature) -> bool {
-    let out = Command::new("/lib64/ld-linux-x86-64.so.2")
+    let out = Command::new("ld.so")
         .arg("--list-diagnostics")
         .env("GLIBC_TUNABLES", tunables)
         .output()
-        .expect("ld.so --list-diagnostics");
+        .expect("ld.so --list-diagnostics (package libc-bin)");
     let key = format!(
         "x86.cpu_features.features[{:#x}].active[{:#x}]=",
         feature.index, feature.register
