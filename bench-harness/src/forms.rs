@@ -10,22 +10,7 @@ use iced_x86::{Code, Decoder, DecoderOptions, Instruction};
 use object::{Object, ObjectSection, SectionFlags};
 use std::collections::BTreeMap;
 use std::path::Path;
-use x86_sem::{Cpu, CpuModel, CpuState, MemError, Memory, Table};
-
-/// Memory the table never touches (only `implements` is asked).
-struct NoMemory;
-
-impl Memory for NoMemory {
-    fn load(&mut self, addr: u64, _: usize) -> Result<u64, MemError> {
-        Err(MemError::Fault { addr, write: false })
-    }
-    fn store(&mut self, addr: u64, _: usize, _: u64) -> Result<(), MemError> {
-        Err(MemError::Fault { addr, write: true })
-    }
-    fn fetch(&mut self, _: u64, _: &mut [u8; 15]) -> usize {
-        0
-    }
-}
+use x86_sem::{Cpu, CpuModel, CpuState, NoMemory, Table};
 
 /// The forms of `binary`'s code the core lacks: instructions per form.
 pub fn missing_forms(binary: &Path) -> Result<BTreeMap<Code, u64>> {

@@ -100,7 +100,7 @@ mod table;
 
 pub use cache::{CacheSizeError, DecodeCache};
 pub use insn::Insn;
-pub use mem::{MemError, Memory};
+pub use mem::{MemError, Memory, NoMemory};
 pub use model::{xcr0, Addr32Rep, BitScanZero, CpuModel, Quirks, Vendor};
 pub use regs::{flag, gpr, CpuState, Difference, Registers, F80, MXCSR_DEFAULT, MXCSR_UNSET, X87};
 pub use step::{step, step_into, BranchKind, Cpu, Machine, Retired, Stop};

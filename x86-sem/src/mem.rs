@@ -91,3 +91,22 @@ fn piece(left: usize) -> usize {
         _ => 1,
     }
 }
+
+/// Memory with nothing in it: every load and store is refused and no code
+/// can be fetched. For owners that only ask a [`crate::Table`] what it
+/// implements (coverage checks over a binary's code), which still need a
+/// machine type to name the table by.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoMemory;
+
+impl Memory for NoMemory {
+    fn load(&mut self, addr: u64, _: usize) -> Result<u64, MemError> {
+        Err(MemError::Refused { addr })
+    }
+    fn store(&mut self, addr: u64, _: usize, _: u64) -> Result<(), MemError> {
+        Err(MemError::Refused { addr })
+    }
+    fn fetch(&mut self, _: u64, _: &mut [u8; 15]) -> usize {
+        0
+    }
+}

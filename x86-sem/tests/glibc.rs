@@ -14,7 +14,7 @@
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{c_char, CStr, CString};
-use x86_sem::{Cpu, CpuModel, CpuState, MemError, Memory, Table};
+use x86_sem::{Cpu, CpuModel, CpuState, NoMemory, Table};
 
 /// The string and memory functions whose variants glibc lists. `bcmp`
 /// is an alias of memcmp (glibc lists it under memcmp); a name glibc does
@@ -127,22 +127,6 @@ fn variants(list: ImplList, function: &str) -> Vec<Variant> {
     found
 }
 
-/// Memory that is never touched: only the table is needed here.
-#[derive(Debug)]
-struct Nothing;
-
-impl Memory for Nothing {
-    fn load(&mut self, addr: u64, _: usize) -> Result<u64, MemError> {
-        Err(MemError::Fault { addr, write: false })
-    }
-    fn store(&mut self, addr: u64, _: usize, _: u64) -> Result<(), MemError> {
-        Err(MemError::Fault { addr, write: true })
-    }
-    fn fetch(&mut self, _: u64, _: &mut [u8; 15]) -> usize {
-        0
-    }
-}
-
 /// The executable mapping of libc holding `addr`, from /proc/self/maps.
 fn libc_text(addr: u64) -> (u64, u64) {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
@@ -220,7 +204,7 @@ fn every_glibc_string_variant_runs_on_the_core() {
     };
     // Every variant, whatever this CPU runs: the table of a model with
     // every feature (the core's coverage, not this CPU's).
-    let table = Table::<Cpu<CpuState, Nothing>>::boxed(&CpuModel::every_feature());
+    let table = Table::<Cpu<CpuState, NoMemory>>::boxed(&CpuModel::every_feature());
     let mut missing: BTreeMap<Code, BTreeSet<String>> = BTreeMap::new();
     let mut seen = BTreeSet::new();
     let (mut instructions, mut count) = (0, 0);

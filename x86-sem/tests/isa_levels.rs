@@ -9,7 +9,7 @@ use iced_x86::{Code, Decoder, DecoderOptions};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use x86_sem::{Cpu, CpuModel, CpuState, MemError, Memory, Table};
+use x86_sem::{Cpu, CpuModel, CpuState, NoMemory, Table};
 
 const LEVELS: &[&str] = &["x86-64-v2", "x86-64-v3", "x86-64-v4"];
 const OPTIMISATIONS: &[&str] = &["-O2", "-O3"];
@@ -23,22 +23,6 @@ const NOT_YET: &[(Code, &str)] = &[(
      modelled by Insn's base + index × scale, and the native harness cannot \
      aim eight addresses into its data region",
 )];
-
-/// Memory that is never touched: only the table is needed here.
-#[derive(Debug)]
-struct Nothing;
-
-impl Memory for Nothing {
-    fn load(&mut self, addr: u64, _: usize) -> Result<u64, MemError> {
-        Err(MemError::Fault { addr, write: false })
-    }
-    fn store(&mut self, addr: u64, _: usize, _: u64) -> Result<(), MemError> {
-        Err(MemError::Fault { addr, write: true })
-    }
-    fn fetch(&mut self, _: u64, _: &mut [u8; 15]) -> usize {
-        0
-    }
-}
 
 /// Whether `compiler` runs; under CI=true a missing one fails the test.
 fn available(compiler: &str) -> bool {
@@ -104,7 +88,7 @@ fn code_sections(elf: &[u8]) -> Vec<&[u8]> {
 fn compiled_c_at_every_isa_level_runs_on_the_core() {
     // The core's coverage, not this CPU's: a -v4 build must be covered on
     // a machine without AVX-512 too.
-    let table = Table::<Cpu<CpuState, Nothing>>::boxed(&CpuModel::every_feature());
+    let table = Table::<Cpu<CpuState, NoMemory>>::boxed(&CpuModel::every_feature());
     let allowed: BTreeSet<Code> = NOT_YET.iter().map(|&(c, _)| c).collect();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("isa_levels");
     std::fs::create_dir_all(&dir).unwrap();

@@ -402,25 +402,11 @@ fn free_low_page(_addr: u64) {}
 mod tests {
     use super::*;
 
-    struct NoMemory;
-
-    impl crate::Memory for NoMemory {
-        fn load(&mut self, addr: u64, _: usize) -> Result<u64, crate::MemError> {
-            Err(crate::MemError::Refused { addr })
-        }
-        fn store(&mut self, addr: u64, _: usize, _: u64) -> Result<(), crate::MemError> {
-            Err(crate::MemError::Refused { addr })
-        }
-        fn fetch(&mut self, _: u64, _: &mut [u8; 15]) -> usize {
-            0
-        }
-    }
-
     /// A feature host() cannot see would make its forms refused on every
     /// CPU that has them.
     #[test]
     fn host_can_detect_every_feature_the_core_uses() {
-        let table = crate::Table::<crate::Cpu<crate::CpuState, NoMemory>>::boxed(
+        let table = crate::Table::<crate::Cpu<crate::CpuState, crate::NoMemory>>::boxed(
             &CpuModel::every_feature(),
         );
         for code in table.implemented() {
