@@ -15,8 +15,13 @@
 //! once per process before any signal is armed), no locks, no formatting.
 
 pub mod context;
+mod dataflow;
 pub mod memory;
+mod predict;
 pub mod visits;
+
+pub use dataflow::{DataflowEnd, DataflowRun};
+pub use predict::{Prediction, Predictions, MAX_PREDICTIONS};
 
 use std::ptr::addr_of_mut;
 use std::sync::OnceLock;
@@ -325,28 +330,6 @@ pub struct Emulator {
     pub predicted: CpuState,
     /// Whether the last run started at a breakpoint stop (RF set).
     resumed: bool,
-}
-
-/// What a data-flow run did.
-#[derive(Clone, Copy, Debug)]
-pub struct DataflowRun {
-    /// Taken branches pushed.
-    pub entries: usize,
-    /// Transfers resolved (taken or not).
-    pub transfers: u32,
-    pub steps: u32,
-    pub end: DataflowEnd,
-}
-
-/// Why a data-flow run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DataflowEnd {
-    /// It could go no further: the caller decodes on from the state.
-    Stopped,
-    /// The trace has its N branches.
-    Complete,
-    /// The taken branch at `from` goes to code no module names.
-    OutsideMappings { from: u64 },
 }
 
 impl Emulator {
@@ -720,231 +703,6 @@ impl Emulator {
     /// Real qwords read and qwords stored by the last segment.
     pub fn logged(&self) -> (usize, usize) {
         self.cpu.mem.live.logged()
-    }
-
-    /// The data-flow look-ahead (`lookahead=dataflow`): from the exact
-    /// state in [`Emulator::state_mut`], steps the core on memory it may
-    /// trust without a checkpoint ([`ReadPolicy::Dataflow`]), pushing the
-    /// taken branches to `sink` (at most `wanted`), until it must stop.
-    /// With `first_live`, the first instruction (the branch a breakpoint
-    /// stopped at, about to run) reads real memory: the thread itself is
-    /// about to read the same words.
-    ///
-    /// The state afterwards (in [`Emulator::state_mut`]) is exact: the
-    /// caller goes on from its rip by decoding alone. A breakpoint placed at
-    /// an address this run went through fires there first: [`Emulator::hits_at`]
-    /// counts those visits.
-    pub fn dataflow(
-        &mut self,
-        sink: &mut impl EntrySink,
-        wanted: usize,
-        first_live: bool,
-        resumed: bool,
-    ) -> DataflowRun {
-        self.begin();
-        let exec = self.cpu.mem.exec;
-        self.start = self.cpu.regs;
-        self.resumed = resumed;
-        self.cpu.mem.live.reset();
-        self.visits.reset();
-        let table = table();
-        let has_rseq = exec.has_rseq();
-        let mut run = DataflowRun {
-            entries: 0,
-            transfers: 0,
-            steps: 0,
-            end: DataflowEnd::Stopped,
-        };
-        let mut r = x86_sem::Retired::default();
-        while run.steps < MAX_SEGMENT_INSTRUCTIONS {
-            let pc = self.cpu.regs.rip;
-            if has_rseq && exec.in_rseq(pc) {
-                break;
-            }
-            let (stack_slot, rep_string) = self.inspect(pc);
-            self.cpu.mem.policy = if first_live && run.steps == 0 {
-                ReadPolicy::Live
-            } else {
-                ReadPolicy::Dataflow { stack_slot }
-            };
-            // A rep string instruction the step leaves half-done goes back
-            // to its start: the thread runs it whole, and only its start is
-            // a point the decoding walk can go on from.
-            // What a string instruction changes of the registers; only
-            // that is kept (on the application's stack: the whole register
-            // file is 2.4 KiB).
-            let before_rep = rep_string.then(|| {
-                let regs = &self.cpu.regs;
-                (regs.gpr, regs.rip, regs.rflags, regs.undefined)
-            });
-            let stepped = x86_sem::step_into(&mut self.cpu, table, &mut self.cache, &mut r);
-            self.cpu.mem.policy = ReadPolicy::Live;
-            if stepped.is_err() || r.next_rip == r.ip {
-                if let Some((gpr, rip, rflags, undefined)) = before_rep {
-                    let regs = &mut self.cpu.regs;
-                    (regs.gpr, regs.rip, regs.rflags, regs.undefined) =
-                        (gpr, rip, rflags, undefined);
-                }
-                break;
-            }
-            self.visits.visit(pc);
-            run.steps += 1;
-            if r.kind == BranchKind::None {
-                continue;
-            }
-            run.transfers += 1;
-            if r.taken {
-                if self.cpu.mem.exec_range(r.next_rip).is_none() {
-                    run.end = DataflowEnd::OutsideMappings { from: r.ip };
-                    break;
-                }
-                if !sink.push(BranchEntry {
-                    from: r.ip,
-                    to: r.next_rip,
-                }) {
-                    run.end = DataflowEnd::Complete;
-                    break;
-                }
-                run.entries += 1;
-                if run.entries == wanted {
-                    run.end = DataflowEnd::Complete;
-                    break;
-                }
-            }
-        }
-        run
-    }
-
-    /// What the data-flow run needs to know of the instruction at `pc`
-    /// before stepping it: the stack slot it reads implicitly (pop, ret,
-    /// leave), and whether it is a rep string instruction.
-    fn inspect(&mut self, pc: u64) -> (Option<u64>, bool) {
-        use x86_sem::iced_x86::Mnemonic;
-        let Ok(insn) = self.cache.lookup(pc, &mut self.cpu.mem) else {
-            return (None, false);
-        };
-        let i = insn.instruction();
-        let slot = match i.mnemonic() {
-            Mnemonic::Pop | Mnemonic::Ret | Mnemonic::Popfq => Some(self.cpu.regs.gpr[4]),
-            Mnemonic::Leave => Some(self.cpu.regs.gpr[5]),
-            _ => None,
-        };
-        let rep = (i.has_rep_prefix() || i.has_repne_prefix()) && i.is_string_instruction();
-        (slot, rep)
-    }
-
-    /// Breakpoint hits at `at` until the thread gets there past the last
-    /// run (see [`Emulator::dataflow`]).
-    pub fn dataflow_hits(&self, at: u64) -> u32 {
-        self.hits_at(at, self.resumed)
-    }
-
-    /// Verify mode: emulates from the state in [`Emulator::state_mut`] and
-    /// writes every control transfer the emulation makes (taken or not),
-    /// with the registers just before it, into `out`, until the emulation
-    /// stops, the budget is spent or `out` is full. Nothing is recorded in
-    /// a trace: the caller checks each prediction at a real stop.
-    pub fn predict(&mut self, out: &mut Predictions) {
-        self.begin();
-        self.cpu.mem.live.reset();
-        out.clear();
-        let table = table();
-        for _ in 0..MAX_SEGMENT_INSTRUCTIONS {
-            if out.len == out.items.len() {
-                return;
-            }
-            let before = Prediction::before(&self.cpu.regs);
-            match x86_sem::step(&mut self.cpu, table, &mut self.cache) {
-                Ok(r) if r.kind != BranchKind::None => {
-                    out.items[out.len] = Prediction {
-                        next: r.next_rip,
-                        taken: r.taken,
-                        ..before
-                    };
-                    out.len += 1;
-                }
-                Ok(_) => {}
-                Err(_) => return,
-            }
-        }
-    }
-}
-
-/// Transfers one verify-mode emulation predicts, at most.
-pub const MAX_PREDICTIONS: usize = 1024;
-
-/// One predicted control transfer.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Prediction {
-    /// The transfer instruction.
-    pub at: u64,
-    /// Where the emulation says it goes.
-    pub next: u64,
-    pub taken: bool,
-    /// Registers just before it.
-    pub gpr: [u64; 16],
-    pub rflags: u64,
-    /// Flags the emulation does not know there.
-    pub undefined: u64,
-}
-
-impl Prediction {
-    fn before(regs: &CpuState) -> Prediction {
-        Prediction {
-            at: regs.rip,
-            next: 0,
-            taken: false,
-            gpr: regs.gpr,
-            rflags: regs.rflags,
-            undefined: regs.undefined,
-        }
-    }
-
-    /// Whether the real registers at the transfer are the predicted ones
-    /// (general-purpose registers and the status flags the emulation
-    /// defines).
-    pub fn registers_match(&self, gpr: &[u64; 16], rflags: u64) -> bool {
-        let status = x86_sem::flag::STATUS & !self.undefined;
-        *gpr == self.gpr && (rflags ^ self.rflags) & status == 0
-    }
-}
-
-/// A verify-mode emulation's predictions, consumed in order.
-pub struct Predictions {
-    items: Box<[Prediction]>,
-    len: usize,
-    cursor: usize,
-}
-
-impl Predictions {
-    pub fn new() -> Box<Predictions> {
-        Box::new(Predictions {
-            items: vec![Prediction::default(); MAX_PREDICTIONS].into_boxed_slice(),
-            len: 0,
-            cursor: 0,
-        })
-    }
-
-    pub fn clear(&mut self) {
-        self.len = 0;
-        self.cursor = 0;
-    }
-
-    /// Predictions not yet checked.
-    pub fn remaining(&self) -> usize {
-        self.len - self.cursor.min(self.len)
-    }
-
-    /// The next prediction not yet checked, left in place.
-    pub fn peek(&self) -> Option<&Prediction> {
-        self.items[..self.len].get(self.cursor)
-    }
-
-    /// The next prediction not yet checked, taken.
-    pub fn take_next(&mut self) -> Option<Prediction> {
-        let p = self.items[..self.len].get(self.cursor).copied();
-        self.cursor += p.is_some() as usize;
-        p
     }
 }
 
