@@ -826,18 +826,16 @@ pub(crate) fn from_int(env: &mut Env, fmt: Format, v: i64) -> u128 {
     round(env, fmt, v < 0, 0, u128::from(v.unsigned_abs()))
 }
 
-/// `a` as a signed integer of `bits` bits, rounded under `env.rc`: the
-/// value, or the integer indefinite (only the sign bit) with IE for a NaN,
-/// an infinity or a value out of range.
-pub(crate) fn to_int(env: &mut Env, a: Num, bits: u32) -> u64 {
-    let indefinite = 1u64 << (bits - 1);
+/// `a`'s magnitude rounded to an integer under `env.rc`, with its sign,
+/// whether the rounding was inexact and whether it went up (as
+/// `shift_round` says); `u128::MAX` when the magnitude has 64 or more
+/// integer bits. `Ok(None)` for a zero; `Err(())` for a NaN or an infinity
+/// (no integer: the caller returns its indefinite with IE).
+fn integer_magnitude(a: Num, rc: u8) -> Result<Option<(bool, u128, bool, bool)>, ()> {
     let (neg, exp, sig) = match a {
-        Num::Zero { .. } => return 0,
+        Num::Zero { .. } => return Ok(None),
         Num::Fin { neg, exp, sig, .. } => (neg, exp, sig),
-        _ => {
-            env.flags |= IE;
-            return indefinite;
-        }
+        _ => return Err(()),
     };
     let (q, inexact, up) = if exp >= 0 {
         if exp >= 64 {
@@ -846,7 +844,23 @@ pub(crate) fn to_int(env: &mut Env, a: Num, bits: u32) -> u64 {
             (u128::from(sig) << exp, false, false)
         }
     } else {
-        shift_round(u128::from(sig), (-exp) as u32, env.rc, neg)
+        shift_round(u128::from(sig), (-exp) as u32, rc, neg)
+    };
+    Ok(Some((neg, q, inexact, up)))
+}
+
+/// `a` as a signed integer of `bits` bits, rounded under `env.rc`: the
+/// value, or the integer indefinite (only the sign bit) with IE for a NaN,
+/// an infinity or a value out of range.
+pub(crate) fn to_int(env: &mut Env, a: Num, bits: u32) -> u64 {
+    let indefinite = 1u64 << (bits - 1);
+    let (neg, q, inexact, up) = match integer_magnitude(a, env.rc) {
+        Ok(None) => return 0,
+        Ok(Some(m)) => m,
+        Err(()) => {
+            env.flags |= IE;
+            return indefinite;
+        }
     };
     let limit = u128::from(indefinite) - u128::from(!neg);
     if q > limit {
@@ -871,22 +885,13 @@ pub(crate) fn to_int(env: &mut Env, a: Num, bits: u32) -> u64 {
 /// range (a negative one rounding to zero is in range).
 pub(crate) fn to_uint(env: &mut Env, a: Num, bits: u32) -> u64 {
     let indefinite = u64::MAX >> (64 - bits);
-    let (neg, exp, sig) = match a {
-        Num::Zero { .. } => return 0,
-        Num::Fin { neg, exp, sig, .. } => (neg, exp, sig),
-        _ => {
+    let (neg, q, inexact, up) = match integer_magnitude(a, env.rc) {
+        Ok(None) => return 0,
+        Ok(Some(m)) => m,
+        Err(()) => {
             env.flags |= IE;
             return indefinite;
         }
-    };
-    let (q, inexact, up) = if exp >= 0 {
-        if exp >= 64 {
-            (u128::MAX, false, false)
-        } else {
-            (u128::from(sig) << exp, false, false)
-        }
-    } else {
-        shift_round(u128::from(sig), (-exp) as u32, env.rc, neg)
     };
     if q > u128::from(indefinite) || (neg && q != 0) {
         env.flags |= IE;
