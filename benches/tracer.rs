@@ -5,8 +5,8 @@
 //!    every trace, the CPU time one task-clock sample costs with a handler
 //!    that only re-arms it, on a compute-bound and on a memory-bound loop.
 //! 2. A real session on a branchy loop for N = 16 and N = 32, interleaved
-//!    runs, with the data-flow look-ahead off (the paper's algorithm) and
-//!    on: median handler time per trace, breakpoints per trace, decode time
+//!    runs, in the paper's algorithm and in emulate mode: median handler
+//!    time per trace, breakpoints per trace, decode time
 //!    per decoded branch and per branch followed.
 
 use std::hint::black_box;
@@ -162,11 +162,11 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("bd-bench-{}", std::process::id()));
     let mut configs: Vec<(usize, &str, Vec<Run>)> = [16, 32]
         .into_iter()
-        .flat_map(|n| ["paper", "dataflow", "emulate"].map(|m| (n, m, Vec::new())))
+        .flat_map(|n| ["paper", "emulate"].map(|m| (n, m, Vec::new())))
         .collect();
     for _ in 0..RUNS {
-        for (n, dataflow, runs) in configs.iter_mut() {
-            runs.push(traced_run(*n, dataflow, &dir));
+        for (n, mode, runs) in configs.iter_mut() {
+            runs.push(traced_run(*n, mode, &dir));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -174,10 +174,10 @@ fn main() {
     println!(
         "  N   mode      handler us/trace  breakpoints/trace  in-handler us/stop  decode ns/decoded branch  decode ns/branch followed  emulated ns/instruction"
     );
-    for (n, dataflow, runs) in configs {
+    for (n, mode, runs) in configs {
         let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
         println!(
-            "  {n:<3} {dataflow:<9} {:>16.1} {:>18.1} {:>19.2} {:>25.0} {:>26.1} {:>24.1}",
+            "  {n:<3} {mode:<9} {:>16.1} {:>18.1} {:>19.2} {:>25.0} {:>26.1} {:>24.1}",
             m(|r| r.handler_us_per_trace),
             m(|r| r.bps_per_trace),
             m(|r| r.stop_us_in_handler),

@@ -1,7 +1,8 @@
 //! The handler's view of memory: sorted [start, end) ranges of the
 //! executable file mappings (code the look-ahead may decode), of the rseq
 //! critical sections (where no breakpoint may go), and of the immutable
-//! module mappings (memory the data-flow model may read).
+//! module mappings (memory a proven segment may read: see
+//! `emulate::Segment::proven`).
 //!
 //! Two copies of the tables and an index naming the current one (a double
 //! buffer). A writer (the control thread at start, the worker during a

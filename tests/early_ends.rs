@@ -93,8 +93,8 @@ fn no_stop_inside_an_rseq_critical_section() {
         .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).expect("hex address"))
         .collect();
     let (start, end) = (bounds[0], bounds[1]);
-    // With the data-flow model on (the default) and off (the paper's
-    // algorithm), traces end at the section: no branch inside it is
+    // In emulate mode (the default) and in the paper's algorithm, traces
+    // end at the section: no branch inside it is
     // recorded, and each end is counted.
     let off_out = scratch.path("out-off");
     let off = record_with(

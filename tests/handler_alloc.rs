@@ -62,7 +62,7 @@ fn work(n: u64) -> u64 {
 }
 
 /// What one mode must show to prove anything: enough samples, and enough
-/// handler work at breakpoints (paper, dataflow and verify stop at every
+/// handler work at breakpoints (paper and verify stop at every
 /// branch they cannot resolve; emulate stops at most about once a trace,
 /// and not at all when a trace reads no memory another thread could
 /// change, so its emulated segments count instead).
@@ -131,7 +131,7 @@ fn allocations_in(mode: &str) -> u64 {
 /// process): the handlers of each allocate nothing.
 #[test]
 fn handlers_allocate_nothing_while_real_signals_fire() {
-    for mode in ["paper", "dataflow", "emulate", "verify"] {
+    for mode in ["paper", "emulate", "verify"] {
         assert_eq!(
             allocations_in(mode),
             0,

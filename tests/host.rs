@@ -228,7 +228,7 @@ fn a_breakpoint_the_thread_never_reaches_does_not_end_sampling() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let native = native(&scratch, &program, &args);
     let period = 1_000_000;
-    for mode in ["paper", "dataflow", "emulate"] {
+    for mode in ["paper", "emulate", "verify"] {
         let out = scratch.path(&format!("out-{mode}"));
         let profiled = record_bounded_with(
             &tracer,

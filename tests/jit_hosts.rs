@@ -45,7 +45,7 @@ fn node_runs_as_natively_in_every_mode() {
         return;
     };
     let script = program("jit_host.js");
-    for mode in ["emulate", "dataflow", "verify", "paper"] {
+    for mode in ["emulate", "verify", "paper"] {
         check_host(
             &format!("node {mode}"),
             &node,

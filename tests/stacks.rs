@@ -15,7 +15,7 @@ use common::*;
 /// beyond the kernel's signal frame (AT_MINSIGSTKSZ).
 const HANDLER_STACK_BUDGET: u64 = 4096;
 
-const MODES: [&str; 4] = ["paper", "dataflow", "emulate", "verify"];
+const MODES: [&str; 3] = ["paper", "emulate", "verify"];
 
 /// Rounds of work per thread: about 0.15 s of CPU each here, so that a
 /// 200 µs period takes hundreds of samples in each thread.

@@ -31,7 +31,7 @@ experiments:
   brr        the branch-on-random experiment (brr crate), then brr-tracer
   brr-tracer the brr microbenchmark under the software tracer, compared with
              the brr results already in results/brr
-  verify     the data-flow look-ahead's predictions checked at a stop on every
+  verify     the emulator's predictions checked at a stop on every
              workload: mismatches per workload
   tracelen   traces longer than 32 branches: cost per branch and profile
              quality against CPU overhead, per trace length

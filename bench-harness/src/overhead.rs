@@ -1,6 +1,6 @@
 //! `overhead`: wall and CPU time of each workload native, with the library
 //! loaded but idle, and profiled at several task-clock periods in each
-//! look-ahead mode (paper, dataflow, emulate) side by side (the paper's
+//! look-ahead mode (paper, emulate) side by side (the paper's
 //! Table 1); the tracer's own cost breakdown, emulation included (Figure 3);
 //! the cost of a trace in each mode (stops, time, emulation rates); and the
 //! branch factors t, s and t/(1−s) of the paper's algorithm (Figure 4, §3.1).
@@ -18,7 +18,7 @@ use breakdance_protocol::Lookahead;
 const PERIODS: [u64; 4] = [1_000_000, 3_000_000, 10_000_000, 30_000_000];
 const QUICK_PERIODS: [u64; 1] = [1_000_000];
 /// The modes measured side by side (verify is a check, not a way to run).
-const MODES: [Lookahead; 3] = [Lookahead::Paper, Lookahead::Dataflow, Lookahead::Emulate];
+const MODES: [Lookahead; 2] = [Lookahead::Paper, Lookahead::Emulate];
 const RUNS: usize = 5;
 const QUICK_RUNS: usize = 3;
 
@@ -92,7 +92,7 @@ pub fn run(opts: &Options) -> Result<usize> {
     write_factors(&mut rep, &all, &configs)?;
     rep.note(&format!(
         "Interleaved rounds: {rounds}; sampling event task-clock, periods {} ms, \
-         look-ahead modes paper, dataflow and emulate. \
+         look-ahead modes paper and emulate. \
          Ratios are per-round profiled/native wall (and CPU) times: median (min–max).",
         periods
             .iter()

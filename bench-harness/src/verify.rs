@@ -1,9 +1,9 @@
-//! `verify`: the data-flow look-ahead checked on every workload. Each run
+//! `verify`: the emulator's predictions checked on every workload. Each run
 //! records the training input with `--lookahead verify`, where the tracer
 //! still stops at every branch the model predicts and compares the
 //! prediction with what the CPU did; summary.json counts the predictions
-//! checked (`dataflow_verified`) and the disagreements
-//! (`dataflow_mismatches`: a wrong target, or a stop reached at another pc
+//! checked (`verify_checked`) and the disagreements
+//! (`verify_mismatches`: a wrong target, or a stop reached at another pc
 //! or stack pointer than the model expected). Any mismatch is a model bug:
 //! with the look-ahead on, that branch would have been recorded wrong.
 
@@ -44,9 +44,9 @@ impl Counts {
         let c = &summary.counters;
         self.traces += c.traces_started;
         self.breakpoints += c.breakpoints;
-        self.verified += c.dataflow_verified;
-        self.mismatches += c.dataflow_mismatches;
-        self.mismatched_stops += c.dataflow_mismatched_stops;
+        self.verified += c.verify_checked;
+        self.mismatches += c.verify_mismatches;
+        self.mismatched_stops += c.verify_mismatched_stops;
         self.pc_mismatch += c.aborts.pc_mismatch;
         self.sp_mismatch += c.aborts.sp_mismatch;
         self.wrong_registers += c.verify_register_mismatches;

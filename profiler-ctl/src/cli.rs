@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use breakdance_protocol::{
-    Event, Lookahead, SessionOptions, StopOptions, DEFAULT_BRANCH_PERIOD, DEFAULT_CLOCK_PERIOD_NS,
-    DEFAULT_EMULATE_LBR, DEFAULT_LBR, DEFAULT_OUTPUT, DEFAULT_TIMEOUT_SECS, MAX_LBR,
+    Event, Lookahead, OptionError, SessionOptions, StopOptions, DEFAULT_BRANCH_PERIOD,
+    DEFAULT_CLOCK_PERIOD_NS, DEFAULT_EMULATE_LBR, DEFAULT_LBR, DEFAULT_OUTPUT,
+    DEFAULT_TIMEOUT_SECS, MAX_LBR,
 };
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{value_parser, Args, Parser, Subcommand, ValueEnum};
@@ -171,14 +172,13 @@ pub struct SessionArgs {
     pub lbr: Option<u32>,
     #[arg(
         long,
-        value_enum,
         value_name = "MODE",
+        value_parser = lookahead,
         help = format!(
             "how branches are found past the sample: paper (a breakpoint on every \
-             branch that needs the CPU state), dataflow (the emulator resolves what \
-             no other thread can change, breakpoints for the rest), emulate (whole \
-             trace emulated ahead, proved at one checkpoint), verify (paper, checking \
-             every emulated prediction) [default: {}]",
+             branch that needs the CPU state), emulate (whole trace emulated ahead, \
+             proved at one checkpoint), verify (paper, checking every emulated \
+             prediction) [default: {}]",
             Lookahead::default()
         )
     )]
@@ -211,6 +211,17 @@ impl SessionArgs {
             force_dir: self.force_dir,
         }
     }
+}
+
+/// A look-ahead mode by name; a retired one is refused with the reason.
+fn lookahead(value: &str) -> Result<Lookahead, String> {
+    Lookahead::parse(value).map_err(|e| match e {
+        OptionError::Lookahead(_) => {
+            let known: Vec<&str> = Lookahead::ALL.iter().map(|m| m.name()).collect();
+            format!("known: {}", known.join(", "))
+        }
+        other => other.to_string(),
+    })
 }
 
 fn non_empty_path(value: &str) -> Result<PathBuf, String> {
@@ -506,7 +517,11 @@ mod tests {
             ),
             (
                 &["--lookahead", "maybe"],
-                "invalid value 'maybe' for '--lookahead <MODE>' (known: paper, dataflow, verify, emulate)",
+                "invalid value 'maybe' for '--lookahead <MODE>': known: paper, emulate, verify",
+            ),
+            (
+                &["--lookahead", "dataflow"],
+                "invalid value 'dataflow' for '--lookahead <MODE>': lookahead 'dataflow' was retired: emulate needs fewer stops and less time on every workload measured; use emulate (the default), paper or verify",
             ),
             (&["-o", ""], "invalid value '' for '--output <DIR>': the output directory is empty"),
             (&["--quiet=yes"], "unexpected value 'yes' for '--quiet'"),

@@ -36,7 +36,7 @@ macro_rules! for_each_counter {
             /// Traces begun at a sample.
             traces_started: Count,
             /// Watchdog samples that came while the thread's open trace was
-            /// still moving from stop to stop (paper, dataflow, verify), and
+            /// still moving from stop to stop (paper, verify), and
             /// samples taken as a stop (`merged_stops`): the trace goes on,
             /// and no trace is begun.
             samples_in_trace: Count,
@@ -74,20 +74,13 @@ macro_rules! for_each_counter {
             segments_cached: Count,
             /// Stops whose stack pointer was checked against a window, not an exact value.
             sp_windowed: Count,
-            /// Branches the data-flow model resolved without a stop.
-            dataflow_resolved: Count,
-            /// Of those, the taken ones.
-            dataflow_taken: Count,
             /// Predictions checked at a stop (verify mode).
-            dataflow_verified: Count,
+            verify_checked: Count,
             /// Predictions a stop contradicted.
-            dataflow_mismatches: Count,
+            verify_mismatches: Count,
             /// Of those, predicted stops reached at another pc or stack
             /// pointer than the model expected.
-            dataflow_mismatched_stops: Count,
-            /// Breakpoint hits at an address a data-flow run went through,
-            /// before the hit the breakpoint was set for.
-            revisit_hits: Count,
+            verify_mismatched_stops: Count,
             /// Verify mode: stops at a predicted transfer where the
             /// registers were not the ones the emulator predicted (whatever
             /// the target; counted before, not as, a mismatch).
@@ -330,7 +323,7 @@ reasons! {
     /// Emulate mode: the trace's watchdog sample came before the checkpoint
     /// was hit.
     CheckpointUnreached => checkpoint_unreached,
-    /// Paper, dataflow, verify: a watchdog period passed with no stop at
+    /// Paper, verify: a watchdog period passed with no stop at
     /// the trace's breakpoint (the thread left that path by longjmp, or
     /// waits, or runs code where the breakpoint is not).
     BreakpointUnreached => breakpoint_unreached,

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// The longest trace the library's buffers are sized for.
 pub const MAX_LBR: u32 = 4096;
 /// Taken branches per trace when none is asked for, in the stop-per-branch
-/// modes (paper, dataflow, verify): a hardware LBR's depth.
+/// modes (paper, verify): a hardware LBR's depth.
 pub const DEFAULT_LBR: u32 = 32;
 /// Taken branches per trace when none is asked for, in emulate mode. Each
 /// trace begins with a sample, which costs more than a hundred emulated
@@ -137,9 +137,6 @@ pub enum Lookahead {
     /// Decode ahead, and stop at a breakpoint on every branch that needs
     /// the CPU state: the paper's algorithm.
     Paper = 0,
-    /// As paper, with the x86 emulator resolving ahead at each stop on
-    /// memory no other thread can change (no check needed).
-    Dataflow = 1,
     /// As paper, with every branch the emulator predicts checked at a real
     /// stop, counting disagreements (for testing; its profile is paper's).
     Verify = 2,
@@ -156,21 +153,26 @@ impl Lookahead {
     pub const fn default_lbr(self) -> u32 {
         match self {
             Lookahead::Emulate => DEFAULT_EMULATE_LBR,
-            Lookahead::Paper | Lookahead::Dataflow | Lookahead::Verify => DEFAULT_LBR,
+            Lookahead::Paper | Lookahead::Verify => DEFAULT_LBR,
         }
     }
 
-    pub const ALL: [Lookahead; 4] = [
-        Lookahead::Paper,
-        Lookahead::Dataflow,
-        Lookahead::Emulate,
-        Lookahead::Verify,
-    ];
+    pub const ALL: [Lookahead; 3] = [Lookahead::Paper, Lookahead::Emulate, Lookahead::Verify];
+
+    /// A mode that no longer exists, and why: named in the error a request
+    /// for it gets. `dataflow` (the core resolving ahead at each stop on
+    /// memory no other thread can change) needed 6 to 40 times the stops
+    /// of emulate and cost more on every workload measured (results/README.md,
+    /// "What a trace costs"), and it was the one mode that trusted the core
+    /// without a checkpoint.
+    pub const RETIRED: [(&'static str, &'static str); 1] = [(
+        "dataflow",
+        "was retired: emulate needs fewer stops and less time on every workload measured",
+    )];
 
     pub fn name(self) -> &'static str {
         match self {
             Lookahead::Paper => "paper",
-            Lookahead::Dataflow => "dataflow",
             Lookahead::Emulate => "emulate",
             Lookahead::Verify => "verify",
         }
@@ -178,6 +180,14 @@ impl Lookahead {
 
     pub fn from_name(name: &str) -> Option<Lookahead> {
         Lookahead::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// [`Lookahead::from_name`], with an error that names a retired mode.
+    pub fn parse(name: &str) -> Result<Lookahead, OptionError> {
+        if let Some((_, why)) = Lookahead::RETIRED.iter().find(|(n, _)| *n == name) {
+            return Err(OptionError::RetiredLookahead(name.to_string(), why));
+        }
+        Lookahead::from_name(name).ok_or_else(|| OptionError::Lookahead(name.to_string()))
     }
 
     /// Whether a thread needs the x86 emulator in this mode.
@@ -205,8 +215,10 @@ pub enum OptionError {
     PeriodAndFreq,
     #[error("unknown option '{0}' (known: event, period, freq, lbr, out, lookahead, force_dir)")]
     UnknownOption(String),
-    #[error("lookahead must be paper, dataflow, emulate or verify, got '{0}'")]
+    #[error("lookahead must be paper, emulate or verify, got '{0}'")]
     Lookahead(String),
+    #[error("lookahead '{0}' {1}; use emulate (the default), paper or verify")]
+    RetiredLookahead(String, &'static str),
     #[error("force_dir must be 1 or 0, got '{0}'")]
     ForceDir(String),
     #[error("'stop' takes only out=DIR and force_dir=1, got '{0}'")]
@@ -260,12 +272,7 @@ impl SessionOptions {
                 self.lbr = Some(n);
             }
             "out" => self.output = Some(PathBuf::from(value)),
-            "lookahead" => {
-                self.lookahead = Some(
-                    Lookahead::from_name(value)
-                        .ok_or_else(|| OptionError::Lookahead(value.to_string()))?,
-                )
-            }
+            "lookahead" => self.lookahead = Some(Lookahead::parse(value)?),
             "force_dir" => {
                 self.force_dir = match value {
                     "1" => true,
@@ -434,6 +441,10 @@ mod tests {
             ("period=5 freq=5", OptionError::PeriodAndFreq),
             ("speed=5", OptionError::UnknownOption("speed".into())),
             ("lookahead=maybe", OptionError::Lookahead("maybe".into())),
+            (
+                "lookahead=dataflow",
+                OptionError::RetiredLookahead("dataflow".into(), Lookahead::RETIRED[0].1),
+            ),
             ("force_dir=yes", OptionError::ForceDir("yes".into())),
         ] {
             assert_eq!(SessionOptions::parse_words(words), Err(error), "{words}");

@@ -26,14 +26,6 @@ pub trait RegisterFile {
 pub trait Memory {
     /// Reads `size` (1, 2, 4 or 8) bytes little-endian at `addr`.
     fn read(&self, addr: u64, size: u8) -> u64;
-
-    /// Reads `size` bytes at `addr` if they lie in memory the program
-    /// cannot change (mapped without write permission: code, read-only
-    /// data, jump tables, a RELRO GOT); `None` otherwise. The data-flow
-    /// model reads nothing else but its own thread's stack slots.
-    fn read_immutable(&self, _addr: u64, _size: u8) -> Option<u64> {
-        None
-    }
 }
 
 pub const RCX: Gpr = 1;

@@ -15,12 +15,10 @@
 //! once per process before any signal is armed), no locks, no formatting.
 
 pub mod context;
-mod dataflow;
 pub mod memory;
 mod predict;
 pub mod visits;
 
-pub use dataflow::{DataflowEnd, DataflowRun};
 pub use predict::{Prediction, Predictions, MAX_PREDICTIONS};
 
 use std::ptr::addr_of_mut;
@@ -64,33 +62,21 @@ impl Probe for RealMemory {
     }
 }
 
-/// What the emulation may read of real memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReadPolicy {
-    /// Anything (emulate mode: a checkpoint validates every word read).
-    Live,
-    /// The data-flow look-ahead, whose answers no checkpoint checks:
-    /// memory the program cannot change (mapped without write permission),
-    /// bytes its own emulated stores wrote, and, for the one instruction
-    /// being stepped, the stack slot a pop, leave or ret reads (saved
-    /// registers and return addresses, which no other thread writes).
-    /// Everything else is refused.
-    Dataflow { stack_slot: Option<u64> },
-}
-
 /// Memory as the emulated code sees it: see [`memory`].
 pub struct SpecMemory {
     live: Box<LiveMemory>,
     exec: &'static ExecMap,
-    policy: ReadPolicy,
     /// The executable range last found, and the table generation it was
     /// found in: most lookups fall in the same module.
     last_range: (u64, u64, u32),
     /// Instructions decoded (the decoded-instruction cache missed).
     pub decodes: u64,
-    /// Reads of real memory the step being run made that no read policy
-    /// of the data-flow look-ahead would allow: how many, and the first
-    /// one's address (an implicit stack read is checked after the step).
+    /// Reads the step being run made of memory another thread could
+    /// change (neither the segment's own stores nor immutable memory): how
+    /// many, and the first one's address. A segment proves itself only
+    /// without such reads, the stack slot a pop, ret or leave reads
+    /// excepted (see `Segment::proven`; that slot is checked after the
+    /// step).
     step_mutable_reads: u32,
     step_mutable_addr: u64,
 }
@@ -108,27 +94,11 @@ impl SpecMemory {
         self.last_range = (start, end, self.exec.generation());
         Some((start, end))
     }
-
-    /// Whether the policy lets the emulation read `[addr, addr + size)`.
-    #[inline]
-    fn readable(&self, addr: u64, size: usize) -> bool {
-        match self.policy {
-            ReadPolicy::Live => true,
-            ReadPolicy::Dataflow { stack_slot } => {
-                stack_slot.is_some_and(|slot| addr >= slot && addr + size as u64 <= slot + 8)
-                    || self.live.covers(addr, size)
-                    || self.exec.is_immutable(addr, size as u64)
-            }
-        }
-    }
 }
 
 impl x86_sem::Memory for SpecMemory {
     #[inline]
     fn load(&mut self, addr: u64, size: usize) -> Result<u64, MemError> {
-        if !self.readable(addr, size) {
-            return Err(MemError::Refused { addr });
-        }
         if !(self.live.covers(addr, size) || self.exec.is_immutable(addr, size as u64)) {
             if self.step_mutable_reads == 0 {
                 self.step_mutable_addr = addr;
@@ -198,9 +168,8 @@ static TABLE: OnceLock<Box<Table<SpecCpu>>> = OnceLock::new();
 ///
 /// The model refuses what it cannot know: a form this CPU lacks, or a
 /// result that differs between CPUs and no probe settled, is a
-/// [`Stop`], so a segment ends there. Speculative segments, data-flow runs
-/// and the segments they prove therefore never rest on a refused (guessed)
-/// result: every value they use is one the core computed as this CPU does.
+/// [`Stop`], so a segment ends there. Segments, speculative or proven,
+/// therefore never rest on a refused (guessed) result: every value they use is one the core computed as this CPU does.
 fn table() -> &'static Table<SpecCpu> {
     TABLE.get_or_init(|| Table::boxed(&CpuModel::host()))
 }
@@ -268,8 +237,10 @@ pub struct Segment {
     pub steps: u32,
     pub end: SegmentEnd,
     /// The trace is complete and every read of the segment was of memory
-    /// no other thread can change (the data-flow look-ahead's rules):
-    /// the prediction is exact without a checkpoint.
+    /// no other thread can change (immutable memory, the segment's own
+    /// stores, and the stack slot a pop, ret or leave reads: saved
+    /// registers and return addresses): the prediction is exact without a
+    /// checkpoint.
     pub proven: bool,
 }
 
@@ -328,8 +299,6 @@ pub struct Emulator {
     cache_generation: u32,
     /// The state predicted at the checkpoint of the last segment.
     pub predicted: CpuState,
-    /// Whether the last run started at a breakpoint stop (RF set).
-    resumed: bool,
 }
 
 impl Emulator {
@@ -353,7 +322,6 @@ impl Emulator {
             addr_of_mut!((*p).cpu.mem).write(SpecMemory {
                 live: LiveMemory::new(),
                 exec,
-                policy: ReadPolicy::Live,
                 last_range: (0, 0, 0),
                 decodes: 0,
                 step_mutable_reads: 0,
@@ -364,7 +332,6 @@ impl Emulator {
             addr_of_mut!((*p).cache).write(cache);
             addr_of_mut!((*p).cache_generation).write(0);
             addr_of_mut!((*p).predicted).write(INITIAL);
-            addr_of_mut!((*p).resumed).write(false);
             emulator.assume_init()
         }
     }
@@ -381,7 +348,6 @@ impl Emulator {
             cache: _,
             cache_generation: _,
             predicted: _,
-            resumed: _,
         } = self;
     }
 
@@ -645,8 +611,8 @@ impl Emulator {
     }
 
     /// Whether the real reads the step at `pc` made (rsp and rbp as before
-    /// it) were only the stack slot a pop, ret or leave reads, as the
-    /// data-flow look-ahead allows.
+    /// it) were only the stack slot a pop, ret or leave reads (see
+    /// `Segment::proven`).
     fn implicit_stack_read(&self, pc: u64, rsp: u64, rbp: u64) -> bool {
         use x86_sem::iced_x86::Mnemonic;
         let mem = &self.cpu.mem;

@@ -76,12 +76,6 @@ impl Counters {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Takes back counts (a rewound data-flow chain). Async-signal-safe.
-    #[inline]
-    pub fn sub(counter: &AtomicU64, n: u64) {
-        counter.fetch_sub(n, Ordering::Relaxed);
-    }
-
     #[inline]
     pub fn abort(&self, reason: AbortReason) {
         self.aborts[reason as usize].fetch_add(1, Ordering::Relaxed);

@@ -1,15 +1,9 @@
 //! The breakpoint-per-branch look-ahead (the paper's Algorithm 1, §2) and
-//! its two variants:
+//! its variant:
 //!
 //! - `paper`: decode ahead from the sample, record direct branches, stop at
 //!   the first branch needing the CPU state, evaluate it from the ucontext
 //!   at the breakpoint, go on.
-//! - `dataflow`: at each stop (the sample, or a breakpoint about to run its
-//!   branch) the x86 core first resolves ahead from the exact state, on
-//!   memory it may trust without a checkpoint (`emulate::ReadPolicy`); the
-//!   decoding walk goes on from where it stopped. A breakpoint placed on an
-//!   address that run went through fires there first, so it waits out that
-//!   many hits.
 //! - `verify`: `paper`, with the emulator's prediction of every transfer
 //!   (made from the exact state of the last stop, on live memory) checked
 //!   against what the thread did: the target of each transfer, and the
@@ -30,13 +24,13 @@ use crate::buffer::{AbortReason, BranchEntry, TraceEnd};
 use crate::decode::{
     BranchForm, BranchKind, DecodeFailure, Memory, Outcome, RegisterFile, SegmentEnd,
 };
-use crate::emulate::{context, DataflowEnd};
+use crate::emulate::context;
 use crate::sys;
 
 use super::counters::Counters;
 use super::handler::{
-    arm_breakpoint, close_open_trace, disarm_breakpoint, end_trace, make_room, top_up_breakpoint,
-    watch_trace, StopRegisters, Ucontext,
+    arm_breakpoint, close_open_trace, disarm_breakpoint, end_trace, make_room, watch_trace,
+    StopRegisters, Ucontext,
 };
 use super::{Lookahead, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer};
 use crate::decode::LiveCode;
@@ -104,23 +98,13 @@ pub(super) fn on_sample(
     Counters::bump(&c.traces_started);
     watch_trace(t);
     let (pc, sp) = (regs.rip(), regs.rsp());
-    match tracer.lookahead() {
-        Lookahead::Dataflow => {
-            let resumed = regs.rflags() & context::RF != 0;
-            if let Some(emu) = t.emu.as_mut() {
-                context::read(uc, emu.state_mut());
-            }
-            resolve_ahead(tracer, slot, t, false, resumed, pc, sp);
+    if tracer.lookahead() == Lookahead::Verify {
+        if let (Some(emu), Some(preds)) = (t.emu.as_mut(), t.predictions.as_mut()) {
+            context::read(uc, emu.state_mut());
+            emu.predict(preds);
         }
-        Lookahead::Verify => {
-            if let (Some(emu), Some(preds)) = (t.emu.as_mut(), t.predictions.as_mut()) {
-                context::read(uc, emu.state_mut());
-                emu.predict(preds);
-            }
-            follow(tracer, slot, t, pc, StackPointer::Exact(sp), false);
-        }
-        _ => follow(tracer, slot, t, pc, StackPointer::Exact(sp), false),
     }
+    follow(tracer, slot, t, pc, StackPointer::Exact(sp));
     Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
     if regs.rflags() & context::RF != 0 && t.pending.is_some_and(|p| p.form.at == pc) {
         // The thread resumes past a debug exception at pc (a sample raised
@@ -154,24 +138,6 @@ pub(super) fn on_breakpoint(
         return;
     }
     t.last_stop = Some(now);
-    if regs.rip() == pending.form.at && pending.hits > 1 {
-        // A pass the data-flow run made before the one the breakpoint is
-        // for. The breakpoint stays; its hit limit must not run out here.
-        Counters::bump(&c.revisit_hits);
-        if let Some(p) = t.pending.as_mut() {
-            p.hits -= 1;
-        }
-        let fd = t.bp_fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
-        if fd.is_none_or(|fd| !top_up_breakpoint(t, fd)) {
-            end_trace(
-                tracer,
-                slot,
-                t,
-                TraceEnd::Aborted(AbortReason::BreakpointFailed),
-            );
-        }
-        return;
-    }
     t.pending = None;
     let form = pending.form;
     if regs.rip() != form.at || !pending.expected_sp.admits(regs.rsp()) {
@@ -183,9 +149,9 @@ pub(super) fn on_breakpoint(
         if predicted_here {
             // The emulator predicted this stop, with its exact rsp: the
             // thread did not come here as it said.
-            Counters::bump(&c.dataflow_verified);
-            Counters::bump(&c.dataflow_mismatches);
-            Counters::bump(&c.dataflow_mismatched_stops);
+            Counters::bump(&c.verify_checked);
+            Counters::bump(&c.verify_mismatches);
+            Counters::bump(&c.verify_mismatched_stops);
         }
         let reason = if regs.rip() != form.at {
             AbortReason::PcMismatch
@@ -198,19 +164,6 @@ pub(super) fn on_breakpoint(
     }
     if matches!(pending.expected_sp, StackPointer::Near(_)) {
         Counters::bump(&c.sp_windowed);
-    }
-    if tracer.lookahead() == Lookahead::Dataflow && form.kind != BranchKind::Syscall {
-        // The core runs the branch itself (it reads what the thread is
-        // about to read) and resolves on from there.
-        if let Some(emu) = t.emu.as_mut() {
-            context::read(uc, emu.state_mut());
-        }
-        Counters::bump(&c.dynamically_evaluated);
-        if resolve_ahead(tracer, slot, t, true, true, form.at, regs.rsp()) {
-            Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
-            return;
-        }
-        // The core could not run it: evaluate the form, as paper does.
     }
     if tracer.lookahead() == Lookahead::Verify {
         let predictions_left = t.predictions.as_ref().is_some_and(|p| p.remaining() > 0);
@@ -237,7 +190,7 @@ pub(super) fn on_breakpoint(
                     return;
                 }
             }
-            follow(tracer, slot, t, next, StackPointer::Exact(sp), false);
+            follow(tracer, slot, t, next, StackPointer::Exact(sp));
         }
     }
     Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
@@ -260,7 +213,7 @@ fn check_prediction(
     let Some(p) = preds.take_next() else {
         return;
     };
-    Counters::bump(&c.dataflow_verified);
+    Counters::bump(&c.verify_checked);
     let registers_differ = regs.is_some_and(|r| {
         let gpr = std::array::from_fn(|i| r.gpr(i as u8));
         !p.registers_match(&gpr, r.rflags())
@@ -269,65 +222,15 @@ fn check_prediction(
     // already differs explains any target that follows from it, and a
     // wrong flag or GPR must not pass for a wrong transfer. A transfer
     // that differs with the registers equal read a different memory word
-    // (or was evaluated differently): that is what dataflow_mismatches
+    // (or was evaluated differently): that is what verify_mismatches
     // then singles out.
     if p.at == at && registers_differ {
         Counters::bump(&c.verify_register_mismatches);
         preds.clear();
     } else if p.at != at || p.next != next {
-        Counters::bump(&c.dataflow_mismatches);
+        Counters::bump(&c.verify_mismatches);
         preds.clear();
     }
-}
-
-/// Data-flow mode, at an exact state in the emulator (`pc`, `sp` as in
-/// the ucontext): the core resolves ahead, then the decoding walk goes on
-/// from where it stopped. With `first_live` the first instruction is the
-/// branch a breakpoint stopped at. Returns false when the core could not
-/// take even the first step (the caller evaluates that branch itself).
-fn resolve_ahead(
-    tracer: &Tracer,
-    slot: &ThreadSlot,
-    t: &mut ThreadTrace,
-    first_live: bool,
-    resumed: bool,
-    pc: u64,
-    sp: u64,
-) -> bool {
-    let c = &slot.counters;
-    let lbr = tracer.lbr.load(std::sync::atomic::Ordering::Relaxed);
-    let (Some(emu), Some(buffer)) = (t.emu.as_mut(), t.buffer.as_mut()) else {
-        follow(tracer, slot, t, pc, StackPointer::Exact(sp), false);
-        return true;
-    };
-    let wanted = lbr.saturating_sub(buffer.open_len()).max(1);
-    let run = emu.dataflow(&mut **buffer, wanted, first_live, resumed);
-    if first_live && run.steps == 0 {
-        return false;
-    }
-    Counters::add(&c.entries_recorded, run.entries as u64);
-    Counters::add(&c.dataflow_taken, run.entries as u64);
-    Counters::add(&c.dataflow_resolved, run.transfers as u64);
-    match run.end {
-        DataflowEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
-        DataflowEnd::OutsideMappings { .. } => end_trace(
-            tracer,
-            slot,
-            t,
-            TraceEnd::Aborted(AbortReason::OutsideMappings),
-        ),
-        DataflowEnd::Stopped => {
-            let state = t.emu.as_mut().map(|e| {
-                let s = e.state_mut();
-                (s.rip, s.gpr[4])
-            });
-            match state {
-                Some((rip, rsp)) => follow(tracer, slot, t, rip, StackPointer::Exact(rsp), true),
-                None => follow(tracer, slot, t, pc, StackPointer::Exact(sp), false),
-            }
-        }
-    }
-    true
 }
 
 /// Appends {from, to} to the open trace; returns true when the trace
@@ -364,16 +267,13 @@ fn record(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, from: u64, to
 
 /// Look ahead from `pc` (FindNextUnresolvedBranch): record direct branches,
 /// stop at the first transfer needing the CPU state and set the breakpoint
-/// on it, or end the trace. `after_dataflow`: `pc` is where a data-flow run
-/// stopped, and a breakpoint on an address it went through waits out its
-/// visits there.
+/// on it, or end the trace.
 fn follow(
     tracer: &Tracer,
     slot: &ThreadSlot,
     t: &mut ThreadTrace,
     mut pc: u64,
     mut sp: StackPointer,
-    after_dataflow: bool,
 ) {
     let c = &slot.counters;
     let mut code = LiveCode::new(&tracer.exec);
@@ -417,10 +317,6 @@ fn follow(
                     end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Rseq));
                     return;
                 }
-                let hits = match t.emu.as_ref() {
-                    Some(emu) if after_dataflow => emu.dataflow_hits(form.at),
-                    _ => 1,
-                };
                 // Verify: the emulator's exact rsp at this branch, when it
                 // predicted it, is what the stop must show (the walk's own
                 // estimate may be only near, after an alloca).
@@ -428,7 +324,7 @@ fn follow(
                     Some(p) if p.at == form.at => StackPointer::Exact(p.gpr[4]),
                     _ => sp_at_end,
                 };
-                arm_or_end(tracer, slot, t, form, expected_sp, hits);
+                arm_or_end(tracer, slot, t, form, expected_sp);
                 return;
             }
             SegmentEnd::Fail { why, .. } => {
@@ -452,14 +348,9 @@ fn arm_or_end(
     t: &mut ThreadTrace,
     form: BranchForm,
     expected_sp: StackPointer,
-    hits: u32,
 ) {
     if arm_breakpoint(t, form.at) {
-        t.pending = Some(Pending {
-            form,
-            expected_sp,
-            hits,
-        });
+        t.pending = Some(Pending { form, expected_sp });
     } else {
         end_trace(
             tracer,

@@ -132,9 +132,6 @@ pub struct Pending {
     pub form: BranchForm,
     /// The stack pointer the thread must have there.
     pub expected_sp: StackPointer,
-    /// Hits of the breakpoint until the one this is for (1, or more after
-    /// a data-flow run that went through the address).
-    pub hits: u32,
 }
 
 pub use breakdance_protocol::Lookahead;
@@ -168,8 +165,8 @@ pub struct ThreadTrace {
     /// The registers at the last breakpoint stop (see
     /// `handler::StopRegisters`).
     pub last_stop: Option<handler::StopRegisters>,
-    /// The thread's emulator, built at registration in every mode but
-    /// `paper`.
+    /// The thread's emulator, built at registration in emulate and verify
+    /// mode.
     pub emu: Option<Box<crate::emulate::Emulator>>,
     /// Verify mode: the emulator's predictions, checked as the thread goes.
     pub predictions: Option<Box<crate::emulate::Predictions>>,
@@ -434,8 +431,7 @@ impl Tracer {
         match self.lookahead.load(Ordering::Relaxed) {
             0 => Lookahead::Paper,
             2 => Lookahead::Verify,
-            3 => Lookahead::Emulate,
-            _ => Lookahead::Dataflow,
+            _ => Lookahead::Emulate,
         }
     }
 
