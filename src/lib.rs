@@ -18,7 +18,8 @@
 //!   trace ends, the preallocated trace buffers and their queues);
 //! - `decode` (iced look-ahead, branch forms), `emulate` (the x86-sem core
 //!   on live memory);
-//! - `trace` (per-thread state, the handlers, the look-ahead modes);
+//! - `trace` (per-thread state, the SIGTRAP handler, one engine per
+//!   look-ahead mode behind one trait);
 //! - `aggregate`, `output` (traces to ranges and counts to files);
 //! - `control` (socket, session, configuration, terminate), then its
 //!   `preload` surface (the interposers and the constructor).

@@ -189,11 +189,6 @@ impl Lookahead {
         }
         Lookahead::from_name(name).ok_or_else(|| OptionError::Lookahead(name.to_string()))
     }
-
-    /// Whether a thread needs the x86 emulator in this mode.
-    pub fn emulates(self) -> bool {
-        self != Lookahead::Paper
-    }
 }
 
 impl fmt::Display for Lookahead {

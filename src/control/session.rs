@@ -302,7 +302,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     // jump-table slot): our fault handler goes in front of the
     // application's for the session. The emulator is built before any
     // thread is traced.
-    if resolved.lookahead.emulates() {
+    if crate::trace::emulates(resolved.lookahead) {
         crate::emulate::warm();
     }
     for sig in [libc::SIGSEGV, libc::SIGBUS] {

@@ -30,10 +30,23 @@
 pub mod calibrate;
 pub mod chain;
 pub mod counters;
+mod emulate;
+mod ends;
+mod engine;
+mod events;
 pub mod handler;
-pub mod lookahead;
-pub mod speculative;
+mod paper;
 pub mod threads;
+mod verify;
+mod walk;
+
+pub use engine::StopRegisters;
+
+/// Whether `mode`'s engine runs the x86 emulator (built before any thread
+/// is traced: see `emulate::warm`).
+pub fn emulates(mode: Lookahead) -> bool {
+    engine::of(mode).needs().emulator
+}
 
 use std::cell::UnsafeCell;
 use std::os::fd::OwnedFd;
@@ -126,8 +139,38 @@ impl StackPointer {
     }
 }
 
-/// A breakpoint the thread is waiting for.
-#[derive(Clone, Copy)]
+/// What the thread's breakpoint waits for: one thing at a time, set by
+/// the session's engine (see `engine`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Awaiting {
+    /// Paper and verify: the next transfer that needs the CPU state.
+    Branch(Pending),
+    /// Emulate: a segment's checkpoint. The `hits`th execution of `at` is
+    /// where the prediction holds; the open trace's entries after
+    /// `committed` are the segment's.
+    Checkpoint {
+        at: u64,
+        hits: u32,
+        committed: usize,
+        end: crate::emulate::SegmentEnd,
+    },
+    /// Emulate: the thread runs one instruction the emulator cannot; at
+    /// `at` the state is exact again.
+    Resume { at: u64 },
+}
+
+impl Awaiting {
+    /// Where the breakpoint is.
+    pub fn at(self) -> u64 {
+        match self {
+            Awaiting::Branch(p) => p.form.at,
+            Awaiting::Checkpoint { at, .. } | Awaiting::Resume { at } => at,
+        }
+    }
+}
+
+/// A transfer the thread's breakpoint waits at, in paper and verify mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pending {
     pub form: BranchForm,
     /// The stack pointer the thread must have there.
@@ -149,31 +192,30 @@ pub struct ThreadTrace {
     /// The event opens with a random part of it as its first period, so
     /// that threads shorter than a period are sampled in proportion to
     /// their CPU time instead of never (each thread's event counts from
-    /// zero); the first trace sets it (see `handler::watch_trace`).
+    /// zero); the first trace sets it (see `events::watch_trace`).
     pub period: u64,
     /// Hits the breakpoint event's limit still allows before the kernel
-    /// stops it (see `handler::arm_breakpoint`).
+    /// stops it (see `events::arm_breakpoint`).
     pub bp_hits_left: u32,
     pub buffer: Option<Box<TraceBuffer>>,
-    pub pending: Option<Pending>,
+    /// What the breakpoint waits for (see [`Awaiting`]).
+    pub awaiting: Option<Awaiting>,
     /// Breakpoint stops since the last sample: whether the open trace of a
     /// stop-per-branch mode moved in the last period (see
-    /// `lookahead::on_sample`).
+    /// `walk::on_sample`).
     pub stops_since_sample: u32,
     pub cache: Option<Box<BlockCache>>,
     pub insn: Instruction,
     /// The registers at the last breakpoint stop (see
-    /// `handler::StopRegisters`).
-    pub last_stop: Option<handler::StopRegisters>,
+    /// `engine::StopRegisters`).
+    pub last_stop: Option<StopRegisters>,
     /// The thread's emulator, built at registration in emulate and verify
     /// mode.
     pub emu: Option<Box<crate::emulate::Emulator>>,
     /// Verify mode: the emulator's predictions, checked as the thread goes.
     pub predictions: Option<Box<crate::emulate::Predictions>>,
-    /// Emulate mode: what the thread's breakpoint waits for.
-    pub awaiting: Option<speculative::Awaiting>,
     /// Emulate mode: the open trace's length before the entries not yet
-    /// validated (see `speculative`).
+    /// validated (see `emulate`; `ends::discard_unvalidated` cuts them).
     pub committed: Option<usize>,
 }
 
@@ -187,7 +229,6 @@ impl ThreadTrace {
             bp_hits_left: 0,
             period: 0,
             buffer: None,
-            pending: None,
             stops_since_sample: 0,
             cache: None,
             insn: Instruction::default(),
@@ -519,7 +560,6 @@ pub fn forget_parent_threads(tracer: &Tracer) {
         slot.sample_fd.store(-1, Ordering::Relaxed);
         t.sample_fd = None;
         t.bp_fd = None;
-        t.pending = None;
         t.awaiting = None;
         t.committed = None;
         t.bp_armed = false;

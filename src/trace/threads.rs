@@ -12,8 +12,8 @@ use crate::decode::BlockCache;
 use crate::sys::{self, Errno};
 
 use super::{
-    handler, Closer, Closing, ThreadSlot, Tracer, BREAKPOINT_TAG, BUSY, CLOSED, FREE, READY,
-    SAMPLE_TAG, TID_TOMBSTONE,
+    Closer, Closing, ThreadSlot, Tracer, BREAKPOINT_TAG, BUSY, CLOSED, FREE, READY, SAMPLE_TAG,
+    TID_TOMBSTONE,
 };
 
 /// The sampling event of a session, as perf_event_open takes it.
@@ -110,12 +110,12 @@ pub fn register<'t>(
     if t.cache.is_none() {
         t.cache = Some(Box::new(BlockCache::new()));
     }
-    let mode = tracer.lookahead();
-    if mode.emulates() && t.emu.is_none() {
+    let needs = super::engine::of(tracer.lookahead()).needs();
+    if needs.emulator && t.emu.is_none() {
         // The tracer is the process's one static tracer.
         t.emu = super::tracer().map(|st| crate::emulate::Emulator::new(&st.exec));
     }
-    if mode == super::Lookahead::Verify && t.predictions.is_none() {
+    if needs.predictions && t.predictions.is_none() {
         t.predictions = Some(crate::emulate::Predictions::new());
     }
     if t.buffer.is_none() {
@@ -124,7 +124,6 @@ pub fn register<'t>(
     t.bp_attr = breakpoint_attr();
     t.bp_armed = false;
     t.bp_hits_left = 0;
-    t.pending = None;
     t.awaiting = None;
     t.committed = None;
     let mut sample_attr = sampling_attr(event);
@@ -195,7 +194,7 @@ pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Cl
     }
     // SAFETY: take_for_close made us the holder.
     let t = unsafe { slot.inner() };
-    handler::close_open_trace(t, &slot.counters, TraceEnd::Aborted(reason));
+    super::ends::close_open_trace(t, &slot.counters, TraceEnd::Aborted(reason));
     // Closing the fds disables both events.
     tracer.fd_lock.with(|_| {
         slot.sample_fd.store(-1, Ordering::Relaxed);

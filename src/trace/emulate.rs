@@ -1,20 +1,20 @@
-//! The SIGTRAP handler in emulate mode: each trace is one or more segments
+//! The `emulate` engine (the default): each trace is one or more segments
 //! the emulator predicts from an exact state, each validated at one
 //! checkpoint before its entries count (see `crate::emulate`).
 //!
-//! Per thread the handler is in one of three states ([`Awaiting`]):
-//! nothing (no trace open), a checkpoint (a segment's entries sit in the
-//! open trace after `committed`, unvalidated), or a resume (the thread is
+//! Per thread the engine is in one of three states (`Awaiting`): nothing
+//! (no trace open), a checkpoint (a segment's entries sit in the open
+//! trace after `committed`, unvalidated), or a resume (the thread is
 //! running one instruction the emulator left to the CPU). Invariants:
 //! - entries past `committed` are never written: a trace that ends for any
 //!   reason other than a matching checkpoint is cut back to `committed`
-//!   first (`discard_segment`), so every entry in a closed trace was
+//!   first (`ends::discard_unvalidated`), so every entry in a closed trace was
 //!   validated. `ThreadTrace::committed` is set before the emulator pushes
 //!   anything, so this holds even for a handler abandoned half-way (an
 //!   application handler left it by longjmp: the next one takes the slot
-//!   back and closes the trace through `discard_segment`);
+//!   back and closes the trace through `discard_unvalidated`);
 //! - sampling stays armed while a checkpoint is pending, with a watchdog
-//!   period (`handler::watch_trace`): a segment whose checkpoint never
+//!   period (`events::watch_trace`): a segment whose checkpoint never
 //!   comes (longjmp, a blocked thread, a signal handler) is discarded at
 //!   the watchdog's sample and counted `checkpoint_unreached`; a trace that
 //!   ends starts a whole period from its end.
@@ -24,66 +24,54 @@
 use std::os::fd::AsRawFd;
 
 use crate::buffer::{AbortReason, TraceEnd};
+use crate::decode::RegisterFile;
 use crate::emulate::{context, Outcome, SegmentEnd, Validation};
 use crate::sys;
 
 use super::counters::Counters;
-use super::handler::{self, StopRegisters, Ucontext};
-use super::{ThreadSlot, ThreadTrace, Tracer};
+use super::ends::{close_open_trace, discard_unvalidated, end_trace, make_room};
+use super::engine::{Engine, Needs, StopRegisters, Ucontext};
+use super::events::{
+    arm_breakpoint, disarm_breakpoint, rearm_sampling, top_up_breakpoint, watch_trace,
+};
+use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
 
-/// What an emulate-mode thread waits for at its breakpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Awaiting {
-    /// A segment's checkpoint: the `hits`th execution of `at` is where the
-    /// prediction holds; the open trace's entries after `committed` are the
-    /// segment's.
-    Checkpoint {
-        at: u64,
-        hits: u32,
-        committed: usize,
-        end: SegmentEnd,
-    },
-    /// The thread runs one instruction the emulator cannot; at `at` the
-    /// state is exact again.
-    Resume { at: u64 },
-}
+pub(super) struct Emulate;
 
-impl Awaiting {
-    pub(super) fn at(self) -> u64 {
-        match self {
-            Awaiting::Checkpoint { at, .. } | Awaiting::Resume { at } => at,
+impl Engine for Emulate {
+    fn on_sample(&self, tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext) {
+        on_sample(tracer, slot, t, uc);
+    }
+
+    fn on_breakpoint(
+        &self,
+        tracer: &Tracer,
+        slot: &ThreadSlot,
+        t: &mut ThreadTrace,
+        uc: &Ucontext,
+    ) {
+        on_breakpoint(tracer, slot, t, uc);
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            emulator: true,
+            predictions: false,
         }
     }
 }
 
-/// Forgets what the thread was waiting for; a pending segment's entries
-/// leave the open trace. Returns whether anything was pending. Also called
-/// by the control thread (holding the slot) when it closes a thread.
-pub(super) fn discard_segment(t: &mut ThreadTrace) -> bool {
-    if let Some(committed) = t.committed.take() {
-        if let Some(b) = t.buffer.as_mut() {
-            b.truncate_open(committed);
-        }
-    }
-    t.awaiting.take().is_some()
-}
-
-pub(super) fn on_sample(
-    tracer: &Tracer,
-    slot: &ThreadSlot,
-    t: &mut ThreadTrace,
-    uc: &libc::ucontext_t,
-) {
+fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext) {
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
     if t.awaiting.is_some() {
         // The thread never reached the checkpoint (or the end of the
         // instruction it was left to run) in the watchdog's period.
-        discard_segment(t);
+        discard_unvalidated(t);
         Counters::bump(&c.checkpoint_unreached);
-        handler::close_open_trace(t, c, TraceEnd::Aborted(AbortReason::CheckpointUnreached));
-        handler::make_room(tracer, slot, t);
+        close_open_trace(t, c, TraceEnd::Aborted(AbortReason::CheckpointUnreached));
+        make_room(tracer, slot, t);
     }
     if t.buffer.is_none() {
         t.buffer = tracer.pool.free.pop();
@@ -92,15 +80,15 @@ pub(super) fn on_sample(
         Some(b) => b.open_trace(),
         None => {
             Counters::bump(&c.no_free_buffer);
-            handler::rearm_sampling(t);
+            rearm_sampling(t);
             return;
         }
     }
     Counters::bump(&c.traces_started);
     // Sampling stays armed for the whole trace (see the module doc).
-    handler::watch_trace(t);
+    watch_trace(t);
     let Some(emu) = t.emu.as_mut() else {
-        end(
+        end_trace(
             tracer,
             slot,
             t,
@@ -108,45 +96,43 @@ pub(super) fn on_sample(
         );
         return;
     };
-    context::read(uc, emu.state_mut());
+    context::read(uc.raw(), emu.state_mut());
     let resumed = emu.state_mut().rflags & context::RF != 0;
     advance(tracer, slot, t, resumed);
     Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
 }
 
-pub(super) fn on_breakpoint(
-    tracer: &Tracer,
-    slot: &ThreadSlot,
-    t: &mut ThreadTrace,
-    uc: &libc::ucontext_t,
-) {
+fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext) {
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.breakpoints);
     let Some(awaiting) = t.awaiting else {
-        handler::disarm_breakpoint(t);
+        disarm_breakpoint(t);
         return;
     };
-    let regs = Ucontext(uc);
-    let now = StopRegisters::of(&regs);
-    let pc = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
-    if pc != awaiting.at() && t.last_stop == Some(now) {
+    let pc = uc.rip();
+    if StopRegisters::of(uc).repeats_last(t, pc, awaiting.at()) {
         // A second delivery of the previous stop (see StopRegisters).
         Counters::bump(&c.duplicate_traps);
         return;
     }
-    t.last_stop = Some(now);
     if pc != awaiting.at() {
-        discard_segment(t);
-        end(tracer, slot, t, TraceEnd::Aborted(AbortReason::PcMismatch));
+        discard_unvalidated(t);
+        end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::PcMismatch));
         Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
         return;
     }
     match awaiting {
+        Awaiting::Branch(_) => {
+            // Not this engine's: a session's mode does not change while
+            // its threads are traced.
+            discard_unvalidated(t);
+            end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::PcMismatch));
+        }
         Awaiting::Resume { .. } => {
             t.awaiting = None;
             if let Some(emu) = t.emu.as_mut() {
-                context::read(uc, emu.state_mut());
+                context::read(uc.raw(), emu.state_mut());
             }
             advance(tracer, slot, t, true);
         }
@@ -159,9 +145,9 @@ pub(super) fn on_breakpoint(
             }
             let fd = t.bp_fd.as_ref().map(|f| f.as_raw_fd());
             if let Some(fd) = fd {
-                if !handler::top_up_breakpoint(t, fd) {
-                    discard_segment(t);
-                    end(
+                if !top_up_breakpoint(t, fd) {
+                    discard_unvalidated(t);
+                    end_trace(
                         tracer,
                         slot,
                         t,
@@ -178,7 +164,7 @@ pub(super) fn on_breakpoint(
             Counters::bump(&c.checkpoints);
             let verdict = match t.emu.as_mut() {
                 Some(emu) => {
-                    context::read(uc, emu.state_mut());
+                    context::read(uc.raw(), emu.state_mut());
                     emu.validate_current()
                 }
                 None => Validation::Registers,
@@ -191,9 +177,11 @@ pub(super) fn on_breakpoint(
                     Counters::add(&c.entries_recorded, (open - committed) as u64);
                     Counters::add(&c.validated_entries, (open - committed) as u64);
                     match segment_end {
-                        SegmentEnd::Complete => end(tracer, slot, t, TraceEnd::Complete),
+                        SegmentEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
                         SegmentEnd::Continue => advance(tracer, slot, t, true),
-                        SegmentEnd::End(reason) => end(tracer, slot, t, TraceEnd::Aborted(reason)),
+                        SegmentEnd::End(reason) => {
+                            end_trace(tracer, slot, t, TraceEnd::Aborted(reason))
+                        }
                     }
                 }
                 Validation::Registers | Validation::Memory => {
@@ -202,8 +190,8 @@ pub(super) fn on_breakpoint(
                     } else {
                         Counters::bump(&c.speculation_mismatch_memory);
                     }
-                    discard_segment(t);
-                    end(
+                    discard_unvalidated(t);
+                    end_trace(
                         tracer,
                         slot,
                         t,
@@ -223,7 +211,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     let c = &slot.counters;
     let lbr = tracer.lbr.load(std::sync::atomic::Ordering::Relaxed);
     let (Some(emu), Some(buffer)) = (t.emu.as_mut(), t.buffer.as_mut()) else {
-        end(
+        end_trace(
             tracer,
             slot,
             t,
@@ -233,7 +221,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     };
     let committed = buffer.open_len();
     if committed >= lbr {
-        end(tracer, slot, t, TraceEnd::Complete);
+        end_trace(tracer, slot, t, TraceEnd::Complete);
         return;
     }
     let wanted = lbr - committed;
@@ -254,7 +242,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
             Counters::add(&c.entries_recorded, seg.entries as u64);
             Counters::add(&c.proven_entries, seg.entries as u64);
             t.committed = None;
-            end(tracer, slot, t, TraceEnd::Complete);
+            end_trace(tracer, slot, t, TraceEnd::Complete);
             return;
         }
         Outcome::Segment(seg) => {
@@ -275,27 +263,20 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
             (next, Awaiting::Resume { at: next })
         }
         Outcome::End(reason) => {
-            end(tracer, slot, t, TraceEnd::Aborted(reason));
+            end_trace(tracer, slot, t, TraceEnd::Aborted(reason));
             return;
         }
     };
-    if handler::arm_breakpoint(t, at) {
+    if arm_breakpoint(t, at) {
         t.awaiting = Some(awaiting);
     } else {
         t.awaiting = Some(awaiting);
-        discard_segment(t);
-        end(
+        discard_unvalidated(t);
+        end_trace(
             tracer,
             slot,
             t,
             TraceEnd::Aborted(AbortReason::BreakpointFailed),
         );
     }
-}
-
-/// Ends the open trace (sampling is already armed in this mode).
-fn end(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, how: TraceEnd) {
-    handler::close_open_trace(t, &slot.counters, how);
-    handler::make_room(tracer, slot, t);
-    handler::resume_sampling(t);
 }

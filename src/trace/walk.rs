@@ -1,18 +1,12 @@
-//! The breakpoint-per-branch look-ahead (the paper's Algorithm 1, §2) and
-//! its variant:
-//!
-//! - `paper`: decode ahead from the sample, record direct branches, stop at
-//!   the first branch needing the CPU state, evaluate it from the ucontext
-//!   at the breakpoint, go on.
-//! - `verify`: `paper`, with the emulator's prediction of every transfer
-//!   (made from the exact state of the last stop, on live memory) checked
-//!   against what the thread did: the target of each transfer, and the
-//!   registers at each breakpoint stop. Recorded entries are paper's: a
-//!   verify-mode profile is exact.
+//! The breakpoint-per-branch walk (the paper's Algorithm 1, §2), shared
+//! by the paper and verify engines: decode ahead from the sample, record
+//! direct branches, stop at the first transfer needing the CPU state,
+//! evaluate it from the ucontext at the breakpoint, go on. What verify adds
+//! comes in through the [`Witness`] hooks; paper's are empty.
 //!
 //! Sampling stays armed while a trace is open, with a watchdog period of
 //! several periods (the paper's sampling is off until the trace ends; see
-//! `handler::watch_trace`). A watchdog sample that finds the trace moving
+//! `events::watch_trace`). A watchdog sample that finds the trace moving
 //! from stop to stop lets it go on (`samples_in_trace`); one that finds no
 //! stop since the last gives it up (`breakpoint_unreached`: the thread left
 //! the path by longjmp, or waits) and begins a new trace. Otherwise one
@@ -28,12 +22,45 @@ use crate::emulate::context;
 use crate::sys;
 
 use super::counters::Counters;
-use super::handler::{
-    arm_breakpoint, close_open_trace, disarm_breakpoint, end_trace, make_room, watch_trace,
-    StopRegisters, Ucontext,
-};
-use super::{Lookahead, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer};
+use super::ends::{close_open_trace, end_trace, make_room};
+use super::engine::{StopRegisters, Ucontext};
+use super::events::{arm_breakpoint, disarm_breakpoint, rearm_sampling, watch_trace};
+use super::{Awaiting, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer};
 use crate::decode::LiveCode;
+
+/// What an engine built on the walk sees of it: a hook at each point
+/// where verify checks the emulator against the thread. Every hook is
+/// called from the handler and must be async-signal-safe.
+pub(super) trait Witness {
+    /// At the sample that begins a trace, from its exact state.
+    fn at_sample(&self, _t: &mut ThreadTrace, _uc: &Ucontext) {}
+
+    /// At a breakpoint stop where the thread is as the walk expected,
+    /// before the branch is evaluated.
+    fn at_stop(&self, _t: &mut ThreadTrace, _uc: &Ucontext) {}
+
+    /// The thread's transfer at `at` went to `next`; `regs` are the
+    /// registers there when a breakpoint stopped it.
+    fn transfer(
+        &self,
+        _t: &mut ThreadTrace,
+        _c: &Counters,
+        _at: u64,
+        _next: u64,
+        _regs: Option<&Ucontext>,
+    ) {
+    }
+
+    /// The stop the walk expected at `at` came elsewhere or with another
+    /// stack pointer.
+    fn missed_stop(&self, _t: &mut ThreadTrace, _c: &Counters, _at: u64) {}
+
+    /// The stack pointer the stop at `at` must show, where the walk's own
+    /// estimate is `walk_sp`.
+    fn expected_sp(&self, _t: &ThreadTrace, _at: u64, walk_sp: StackPointer) -> StackPointer {
+        walk_sp
+    }
+}
 
 /// The process's own memory, read through the fault-safe load: the words
 /// a breakpoint's branch is about to read itself (its return address, its
@@ -61,16 +88,16 @@ impl Memory for OwnMemory {
 }
 
 pub(super) fn on_sample(
+    w: &impl Witness,
     tracer: &Tracer,
     slot: &ThreadSlot,
     t: &mut ThreadTrace,
-    uc: &libc::ucontext_t,
+    regs: &Ucontext,
 ) {
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
-    let regs = Ucontext(uc);
-    if t.pending.is_some() {
+    if t.awaiting.is_some() {
         if t.stops_since_sample > 0 {
             // The trace moved in the watchdog's period: it goes on.
             t.stops_since_sample = 0;
@@ -91,68 +118,50 @@ pub(super) fn on_sample(
         Some(b) => b.open_trace(),
         None => {
             Counters::bump(&c.no_free_buffer);
-            super::handler::rearm_sampling(t);
+            rearm_sampling(t);
             return;
         }
     }
     Counters::bump(&c.traces_started);
     watch_trace(t);
     let (pc, sp) = (regs.rip(), regs.rsp());
-    if tracer.lookahead() == Lookahead::Verify {
-        if let (Some(emu), Some(preds)) = (t.emu.as_mut(), t.predictions.as_mut()) {
-            context::read(uc, emu.state_mut());
-            emu.predict(preds);
-        }
-    }
-    follow(tracer, slot, t, pc, StackPointer::Exact(sp));
+    w.at_sample(t, regs);
+    follow(w, tracer, slot, t, pc, StackPointer::Exact(sp));
     Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
-    if regs.rflags() & context::RF != 0 && t.pending.is_some_and(|p| p.form.at == pc) {
+    if regs.rflags() & context::RF != 0 && t.awaiting.is_some_and(|a| a.at() == pc) {
         // The thread resumes past a debug exception at pc (a sample raised
         // while the handler of a stop there ran): the branch at pc runs
         // without trapping, so the breakpoint just armed on it would not
         // fire until the next pass. This signal is that stop.
         Counters::bump(&c.merged_stops);
-        on_breakpoint(tracer, slot, t, uc);
+        on_breakpoint(w, tracer, slot, t, regs);
     }
 }
 
 pub(super) fn on_breakpoint(
+    w: &impl Witness,
     tracer: &Tracer,
     slot: &ThreadSlot,
     t: &mut ThreadTrace,
-    uc: &libc::ucontext_t,
+    regs: &Ucontext,
 ) {
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.breakpoints);
     t.stops_since_sample = t.stops_since_sample.saturating_add(1);
-    let Some(pending) = t.pending else {
+    let Some(Awaiting::Branch(pending)) = t.awaiting else {
         disarm_breakpoint(t);
         return;
     };
-    let regs = Ucontext(uc);
-    let now = StopRegisters::of(&regs);
-    if regs.rip() != pending.form.at && t.last_stop == Some(now) {
+    if StopRegisters::of(regs).repeats_last(t, regs.rip(), pending.form.at) {
         // A second delivery of the previous stop (see StopRegisters).
         Counters::bump(&c.duplicate_traps);
         return;
     }
-    t.last_stop = Some(now);
-    t.pending = None;
+    t.awaiting = None;
     let form = pending.form;
     if regs.rip() != form.at || !pending.expected_sp.admits(regs.rsp()) {
-        let predicted_here = t
-            .predictions
-            .as_ref()
-            .and_then(|p| p.peek())
-            .is_some_and(|p| p.at == form.at);
-        if predicted_here {
-            // The emulator predicted this stop, with its exact rsp: the
-            // thread did not come here as it said.
-            Counters::bump(&c.verify_checked);
-            Counters::bump(&c.verify_mismatches);
-            Counters::bump(&c.verify_mismatched_stops);
-        }
+        w.missed_stop(t, c, form.at);
         let reason = if regs.rip() != form.at {
             AbortReason::PcMismatch
         } else {
@@ -165,23 +174,13 @@ pub(super) fn on_breakpoint(
     if matches!(pending.expected_sp, StackPointer::Near(_)) {
         Counters::bump(&c.sp_windowed);
     }
-    if tracer.lookahead() == Lookahead::Verify {
-        let predictions_left = t.predictions.as_ref().is_some_and(|p| p.remaining() > 0);
-        if !predictions_left {
-            // Predict afresh from this exact state: the first prediction
-            // is this very branch.
-            if let (Some(emu), Some(preds)) = (t.emu.as_mut(), t.predictions.as_mut()) {
-                context::read(uc, emu.state_mut());
-                emu.predict(preds);
-            }
-        }
-    }
-    match form.evaluate(&regs, &OwnMemory) {
+    w.at_stop(t, regs);
+    match form.evaluate(regs, &OwnMemory) {
         Outcome::Stop => end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Syscall)),
         Outcome::Continue { taken, next, sp } => {
             if form.kind != BranchKind::Syscall {
                 Counters::bump(&c.dynamically_evaluated);
-                check_prediction(t, c, form.at, next, Some(&regs));
+                w.transfer(t, c, form.at, next, Some(regs));
             }
             if taken {
                 Counters::bump(&c.dynamic_taken);
@@ -190,47 +189,10 @@ pub(super) fn on_breakpoint(
                     return;
                 }
             }
-            follow(tracer, slot, t, next, StackPointer::Exact(sp));
+            follow(w, tracer, slot, t, next, StackPointer::Exact(sp));
         }
     }
     Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
-}
-
-/// Verify mode: checks the thread's transfer at `at`, which went to
-/// `next`, against the emulator's next prediction (and, at a breakpoint
-/// stop, the registers it predicted there). A disagreement is counted and
-/// drops the rest of the prediction; the next stop predicts afresh.
-fn check_prediction(
-    t: &mut ThreadTrace,
-    c: &Counters,
-    at: u64,
-    next: u64,
-    regs: Option<&Ucontext>,
-) {
-    let Some(preds) = t.predictions.as_mut() else {
-        return;
-    };
-    let Some(p) = preds.take_next() else {
-        return;
-    };
-    Counters::bump(&c.verify_checked);
-    let registers_differ = regs.is_some_and(|r| {
-        let gpr = std::array::from_fn(|i| r.gpr(i as u8));
-        !p.registers_match(&gpr, r.rflags())
-    });
-    // At the predicted transfer, the registers come first: a state that
-    // already differs explains any target that follows from it, and a
-    // wrong flag or GPR must not pass for a wrong transfer. A transfer
-    // that differs with the registers equal read a different memory word
-    // (or was evaluated differently): that is what verify_mismatches
-    // then singles out.
-    if p.at == at && registers_differ {
-        Counters::bump(&c.verify_register_mismatches);
-        preds.clear();
-    } else if p.at != at || p.next != next {
-        Counters::bump(&c.verify_mismatches);
-        preds.clear();
-    }
 }
 
 /// Appends {from, to} to the open trace; returns true when the trace
@@ -269,6 +231,7 @@ fn record(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, from: u64, to
 /// stop at the first transfer needing the CPU state and set the breakpoint
 /// on it, or end the trace.
 fn follow(
+    w: &impl Witness,
     tracer: &Tracer,
     slot: &ThreadSlot,
     t: &mut ThreadTrace,
@@ -301,7 +264,7 @@ fn follow(
         match seg.end {
             SegmentEnd::Direct { from, to, ret_addr } => {
                 Counters::bump(&c.statically_resolved);
-                check_prediction(t, c, from, to, None);
+                w.transfer(t, c, from, to, None);
                 if record(tracer, slot, t, from, to) {
                     return;
                 }
@@ -317,13 +280,7 @@ fn follow(
                     end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Rseq));
                     return;
                 }
-                // Verify: the emulator's exact rsp at this branch, when it
-                // predicted it, is what the stop must show (the walk's own
-                // estimate may be only near, after an alloca).
-                let expected_sp = match t.predictions.as_ref().and_then(|p| p.peek()) {
-                    Some(p) if p.at == form.at => StackPointer::Exact(p.gpr[4]),
-                    _ => sp_at_end,
-                };
+                let expected_sp = w.expected_sp(t, form.at, sp_at_end);
                 arm_or_end(tracer, slot, t, form, expected_sp);
                 return;
             }
@@ -350,7 +307,7 @@ fn arm_or_end(
     expected_sp: StackPointer,
 ) {
     if arm_breakpoint(t, form.at) {
-        t.pending = Some(Pending { form, expected_sp });
+        t.awaiting = Some(Awaiting::Branch(Pending { form, expected_sp }));
     } else {
         end_trace(
             tracer,

@@ -1,0 +1,81 @@
+//! How a trace ends, in every mode: the open trace is closed in its
+//! buffer with how it ended (its unvalidated entries dropped first), the
+//! breakpoint is disarmed, the buffer is swapped when it has no room for
+//! another trace, and the next sampling period starts. Async-signal-safe;
+//! `close_open_trace` is also the control thread's, holding the slot.
+
+use std::sync::atomic::Ordering;
+
+use crate::buffer::{AbortReason, TraceEnd};
+
+use super::counters::Counters;
+use super::events::{disarm_breakpoint, resume_sampling};
+use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
+
+/// Closes the open trace, makes sure the buffer has room for the next one
+/// (swapping it for an empty one if not: the paper's free-space check) and
+/// starts the next sampling period.
+pub(super) fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: TraceEnd) {
+    close_open_trace(t, &slot.counters, end);
+    make_room(tracer, slot, t);
+    resume_sampling(t);
+}
+
+/// Makes sure the buffer has room for a whole trace, swapping it for an
+/// empty one if not (the paper's free-space check).
+pub(super) fn make_room(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
+    let c = &slot.counters;
+    let lbr = tracer.lbr.load(Ordering::Relaxed);
+    let needs_swap = t.buffer.as_ref().is_some_and(|b| !b.has_room(lbr));
+    if needs_swap {
+        if let Some(full) = t.buffer.take() {
+            // The queue holds every buffer the pool ever made: no overflow.
+            let _ = tracer.pool.full.push(full);
+            Counters::bump(&c.buffer_swaps);
+        }
+        t.buffer = tracer.pool.free.pop();
+    }
+}
+
+/// Closes the open trace (if any) with `end` and disarms the breakpoint.
+/// Shared by the handlers and the control thread (which holds the slot
+/// when it calls this).
+pub(super) fn close_open_trace(t: &mut ThreadTrace, c: &Counters, end: TraceEnd) {
+    if let Some(Awaiting::Checkpoint { .. } | Awaiting::Resume { .. }) = discard_unvalidated(t) {
+        Counters::bump(&c.checkpoint_unreached);
+    }
+    disarm_breakpoint(t);
+    if end == TraceEnd::Aborted(AbortReason::OutsideMappings) {
+        // Code the table does not know: maybe a library dlopen'ed since
+        // the worker last looked. It looks now.
+        if let Some(tracer) = super::tracer() {
+            tracer.exec.request_refresh();
+        }
+    }
+    if let Some(b) = t.buffer.as_mut() {
+        if b.is_open() {
+            if !b.close_trace(end) {
+                // Ended before its first entry: counted by how it ended,
+                // and here, since no buffer holds it.
+                Counters::bump(&c.traces_empty);
+            }
+            match end {
+                TraceEnd::Complete => Counters::bump(&c.traces_completed),
+                TraceEnd::Aborted(r) => c.abort(r),
+            }
+        }
+    }
+}
+
+/// Forgets what the thread's breakpoint waited for (returned), and cuts
+/// the open trace back to its last validated entry: entries past
+/// `committed` (an emulated segment not yet validated at its checkpoint)
+/// never reach a closed trace.
+pub(super) fn discard_unvalidated(t: &mut ThreadTrace) -> Option<Awaiting> {
+    if let Some(committed) = t.committed.take() {
+        if let Some(b) = t.buffer.as_mut() {
+            b.truncate_open(committed);
+        }
+    }
+    t.awaiting.take()
+}
