@@ -20,7 +20,7 @@ use std::process::Command;
 
 use bench_harness::elf::{ElfModule, ModuleMap};
 use bench_harness::overlap::{instruction_weights, overlap};
-use bench_harness::{afdo, callgrind, Edge};
+use bench_harness::{afdo, callgrind, Branch};
 use common::*;
 
 const PERIOD_NS: u64 = 100_000;
@@ -76,7 +76,7 @@ fn check_afdo_matches_script(rec: &Recording, basename: &str) -> afdo::AfdoProfi
     let (_, module) = modules.module_by_basename(basename).unwrap();
     let script_edges = module_edges(&rec.script, basename);
     for (edge, &count) in &profile.branches {
-        let vaddr_edge = Edge {
+        let vaddr_edge = Branch {
             from: module.vaddr_of_offset(edge.from),
             to: module.vaddr_of_offset(edge.to),
         };
@@ -210,7 +210,7 @@ fn compare_recording(
     // `.init` elsewhere: those entries have no counterpart in its edges.
     let unbooked = bench_harness::callgrind::unbooked_ranges(binary);
     let unbooked_at = |a: u64| unbooked.iter().any(|&(lo, hi)| (lo..hi).contains(&a));
-    let traced: BTreeMap<Edge, u64> = module_edges(&rec.script, name)
+    let traced: BTreeMap<Branch, u64> = module_edges(&rec.script, name)
         .into_iter()
         .filter(|(e, _)| {
             index
@@ -220,7 +220,7 @@ fn compare_recording(
         .filter(|(e, _)| !unbooked_at(e.from) && !unbooked_at(e.to))
         .collect();
     let exact_edges = exact.taken_edges();
-    let missing: Vec<(Edge, u64)> = traced
+    let missing: Vec<(Branch, u64)> = traced
         .iter()
         .filter(|(e, _)| !exact_edges.contains_key(e))
         .map(|(e, c)| (*e, *c))

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::{Edge, ParseError};
+use crate::{Branch, ParseError};
 
 /// One module's AutoFDO text profile.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,7 +17,7 @@ pub struct AfdoProfile {
     /// Sampled addresses -> count.
     pub addresses: BTreeMap<u64, u64>,
     /// Taken branches -> count.
-    pub branches: BTreeMap<Edge, u64>,
+    pub branches: BTreeMap<Branch, u64>,
 }
 
 impl AfdoProfile {
@@ -100,7 +100,7 @@ pub fn parse(text: &str) -> Result<AfdoProfile, ParseError> {
                     let (f, t) = key
                         .split_once("->")
                         .ok_or_else(|| err(format!("no '->' in '{record}'")))?;
-                    let edge = Edge {
+                    let edge = Branch {
                         from: hex(f)?,
                         to: hex(t)?,
                     };
@@ -130,7 +130,7 @@ mod tests {
         assert_eq!(p.ranges[&(0x1130, 0x1150)], 7);
         assert_eq!(p.addresses[&0x1140], 3);
         assert_eq!(
-            p.branches[&Edge {
+            p.branches[&Branch {
                 from: 0x1150,
                 to: 0x1130
             }],

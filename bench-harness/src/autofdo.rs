@@ -8,7 +8,7 @@ use crate::runner::{self, Cmd};
 use anyhow::{bail, Context, Result};
 use bench_harness::afdo::AfdoProfile;
 use bench_harness::elf::ElfModule;
-use bench_harness::Edge;
+use bench_harness::Branch;
 use std::path::{Path, PathBuf};
 
 /// An AutoFDO text profile holding the exact counts: one range per run of
@@ -42,7 +42,7 @@ pub fn exact_afdo(r: &Reference) -> AfdoProfile {
             .insert((r.module.afdo_offset(b), r.module.afdo_offset(e)), c);
     }
     for (e, c) in r.counts.taken_edges() {
-        let edge = Edge {
+        let edge = Branch {
             from: r.module.afdo_offset(e.from),
             to: r.module.afdo_offset(e.to),
         };

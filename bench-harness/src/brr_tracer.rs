@@ -287,7 +287,7 @@ pub fn run(opts: &Options, brr_dir: &Path) -> Result<usize> {
          Overhead relative to the uninstrumented program; brr and counter \
          sampling from the emulator's timing model (instrumented builds), the \
          tracer from measured CPU time of the unmodified binary (median of {rounds} \
-         interleaved runs). Edge-profile overlap: Σ min of normalised \
+         interleaved runs). Branch-profile overlap: Σ min of normalised \
          per-jcc taken/not-taken counts against the exact profile (the \
          emulator's for brr and counters, callgrind's for the tracer).\n\n{}",
         table.to_markdown()

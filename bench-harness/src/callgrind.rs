@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-pub use crate::Edge;
+pub use crate::Branch;
 use crate::ParseError;
 
 /// Counts of a conditional jump towards one target.
@@ -61,11 +61,11 @@ pub struct ObjectProfile {
     /// Instruction address -> number of executions (first event column, `Ir`).
     pub instructions: BTreeMap<u64, u64>,
     /// Conditional jumps (`jcnd=`): taken and executed counts per target.
-    pub conditional: BTreeMap<Edge, ConditionalCount>,
+    pub conditional: BTreeMap<Branch, ConditionalCount>,
     /// Unconditional jumps (`jump=`) within the object.
-    pub jumps: BTreeMap<Edge, u64>,
+    pub jumps: BTreeMap<Branch, u64>,
     /// Calls (`calls=`) whose callee is in the same object.
-    pub calls: BTreeMap<Edge, u64>,
+    pub calls: BTreeMap<Branch, u64>,
     /// Calls into other objects.
     pub cross_object_calls: Vec<CrossObjectCall>,
 }
@@ -73,7 +73,7 @@ pub struct ObjectProfile {
 impl ObjectProfile {
     /// Every taken transfer within the object: taken conditional jumps,
     /// unconditional jumps and calls, with their counts (zero counts left out).
-    pub fn taken_edges(&self) -> BTreeMap<Edge, u64> {
+    pub fn taken_edges(&self) -> BTreeMap<Branch, u64> {
         let mut edges = BTreeMap::new();
         let conditional = self.conditional.iter().map(|(e, c)| (*e, c.taken));
         let jumps = self.jumps.iter().map(|(e, c)| (*e, *c));
@@ -218,20 +218,20 @@ pub fn parse(text: &str) -> Result<Profile, ParseError> {
                 } => {
                     let c = counts
                         .conditional
-                        .entry(Edge { from, to: target })
+                        .entry(Branch { from, to: target })
                         .or_default();
                     c.taken += taken;
                     c.executed += executed;
                 }
                 Pending::Jump { count, target } => {
-                    *counts.jumps.entry(Edge { from, to: target }).or_insert(0) += count;
+                    *counts.jumps.entry(Branch { from, to: target }).or_insert(0) += count;
                 }
                 Pending::Call {
                     count,
                     object: callee,
                     target,
                 } if callee == object => {
-                    *counts.calls.entry(Edge { from, to: target }).or_insert(0) += count;
+                    *counts.calls.entry(Branch { from, to: target }).or_insert(0) += count;
                 }
                 Pending::Call {
                     count,
@@ -539,12 +539,12 @@ fn=(3)
         .into_iter()
         .collect();
         assert_eq!(main.instructions, expected);
-        let call = Edge {
+        let call = Branch {
             from: 0x114f,
             to: 0x114f + 80,
         };
         assert_eq!(main.calls[&call], 3);
-        let jcc = Edge {
+        let jcc = Branch {
             from: 0x1154,
             to: 0x114f,
         };
@@ -556,7 +556,7 @@ fn=(3)
             }
         );
         assert_eq!(
-            main.jumps[&Edge {
+            main.jumps[&Branch {
                 from: 0x1156,
                 to: 0x1140
             }],
@@ -588,7 +588,7 @@ fn=(3)
         assert_eq!(a.instructions[&4096], 2);
         assert_eq!(a.instructions[&4097], 3);
         assert_eq!(
-            a.jumps[&Edge {
+            a.jumps[&Branch {
                 from: 4097,
                 to: 4096
             }],

@@ -15,15 +15,9 @@ pub mod validate;
 use std::fmt;
 use std::path::Path;
 
-/// One taken control transfer: the address of the transfer instruction and
-/// the address it went to (in whatever address space the owner states).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Edge {
-    /// Address of the transfer instruction.
-    pub from: u64,
-    /// Address it transferred to.
-    pub to: u64,
-}
+/// One taken control transfer {from, to}, in whatever address space the
+/// owner states: the type perf.script's reader gives (protocol's).
+pub use breakdance_protocol::perfscript::Branch;
 
 /// A malformed input: which format, where, and what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use anyhow::{Context, Result};
 use bench_harness::callgrind::{self, ObjectProfile};
 use bench_harness::elf::{ElfModule, ModuleMap};
 use bench_harness::overlap::{instruction_weights, overlap, Range};
-use bench_harness::{perfscript, validate, Edge};
+use bench_harness::{perfscript, validate, Branch};
 use breakdance_charts::{LineChart, Series};
 use iced_x86::FlowControl;
 use std::collections::BTreeMap;
@@ -90,7 +90,7 @@ fn fingerprint(cmd: &Cmd) -> String {
 #[derive(Default)]
 pub struct Recorded {
     pub ranges: Vec<Range>,
-    pub edges: BTreeMap<Edge, u64>,
+    pub edges: BTreeMap<Branch, u64>,
     pub entries: u64,
     pub violations: u64,
 }
@@ -114,10 +114,10 @@ pub fn recorded(scripts: &[PathBuf], module: &ElfModule) -> Result<Recorded> {
         };
         let local = |a: u64| map.resolve(a).filter(|(m, _)| *m == hot).map(|(_, v)| v);
         for t in &script.traces {
-            let entries: Vec<&Edge> = t.execution_order().collect();
+            let entries: Vec<&Branch> = t.execution_order().collect();
             for e in &entries {
                 if let (Some(from), Some(to)) = (local(e.from), local(e.to)) {
-                    *rec.edges.entry(Edge { from, to }).or_insert(0) += t.count;
+                    *rec.edges.entry(Branch { from, to }).or_insert(0) += t.count;
                 }
             }
             for pair in entries.windows(2) {
@@ -169,7 +169,7 @@ pub fn score(r: &Reference, rec: &Recorded) -> Scores {
     // counterpart in the reference.
     let unbooked = bench_harness::callgrind::unbooked_ranges(&r.module.path);
     let unbooked_at = |a: u64| unbooked.iter().any(|&(lo, hi)| (lo..hi).contains(&a));
-    let ours: BTreeMap<Edge, u64> = rec
+    let ours: BTreeMap<Branch, u64> = rec
         .edges
         .iter()
         .filter(|(e, _)| !is_return(e.from))
@@ -178,7 +178,7 @@ pub fn score(r: &Reference, rec: &Recorded) -> Scores {
         .collect();
     let edge_overlap = overlap(&ours, &exact);
     let total: u64 = ours.values().sum();
-    let mut unseen_edges: Vec<(Edge, u64)> = ours
+    let mut unseen_edges: Vec<(Branch, u64)> = ours
         .iter()
         .filter(|(e, _)| !exact.contains_key(e))
         .map(|(e, c)| (*e, *c))

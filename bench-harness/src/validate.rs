@@ -25,7 +25,7 @@ use iced_x86::FlowControl;
 
 use crate::elf::{direct_target, is_transfer, ElfError, ModuleMap};
 use crate::perfscript::PerfScript;
-use crate::Edge;
+use crate::Branch;
 
 /// A fall-through longer than this many instructions is reported: straight
 /// code that long does not occur in compiled programs, so it means the two
@@ -148,7 +148,7 @@ pub fn validate(script: &PerfScript, modules: &ModuleMap) -> Report {
     let mut report = Report::default();
     for (t, trace) in script.traces.iter().enumerate() {
         report.traces += trace.count;
-        let entries: Vec<&Edge> = trace.execution_order().collect();
+        let entries: Vec<&Branch> = trace.execution_order().collect();
         for (i, entry) in entries.iter().enumerate() {
             report.entries += trace.count;
             let place = |what: &str| {
@@ -197,7 +197,7 @@ fn describe(modules: &ModuleMap, module: usize, vaddr: u64) -> String {
 
 fn check_entry(
     modules: &ModuleMap,
-    entry: &Edge,
+    entry: &Branch,
     count: u64,
     report: &mut Report,
     place: &dyn Fn(&str) -> String,
@@ -265,7 +265,7 @@ fn check_entry(
 /// is a call.
 fn check_return_target(
     modules: &ModuleMap,
-    entry: &Edge,
+    entry: &Branch,
     count: u64,
     report: &mut Report,
     place: &dyn Fn(&str) -> String,
@@ -404,8 +404,8 @@ mod tests {
             .collect()
     }
 
-    fn trace(oldest_first: &[Edge]) -> Trace {
-        let runtime = |e: &Edge| Edge {
+    fn trace(oldest_first: &[Branch]) -> Trace {
+        let runtime = |e: &Branch| Branch {
             from: e.from + BASE,
             to: e.to + BASE,
         };
@@ -479,7 +479,7 @@ mod tests {
             .unwrap();
         let path = [
             call,
-            Edge {
+            Branch {
                 from: ret,
                 to: return_to,
             },
@@ -491,51 +491,51 @@ mod tests {
         assert_eq!(report.total_violations(), 0, "{report}");
         assert_eq!((report.entries, report.ranges), (4, 3));
 
-        let cases: Vec<(Vec<Edge>, ViolationKind)> = vec![
+        let cases: Vec<(Vec<Branch>, ViolationKind)> = vec![
             (
-                vec![Edge {
+                vec![Branch {
                     from: call.from + 1,
                     ..call
                 }],
                 ViolationKind::FromNotInstructionStart,
             ),
             (
-                vec![Edge {
+                vec![Branch {
                     to: call.to + 1,
                     ..call
                 }],
                 ViolationKind::WrongDirectTarget,
             ),
             (
-                vec![Edge {
+                vec![Branch {
                     to: back.from + 2,
                     ..back
                 }],
                 ViolationKind::WrongDirectTarget,
             ),
             (
-                vec![Edge {
+                vec![Branch {
                     from: step.address,
                     to: call.to,
                 }],
                 ViolationKind::FromNotTransfer,
             ),
             (
-                vec![Edge {
+                vec![Branch {
                     from: 1 << 40,
                     to: call.to,
                 }],
                 ViolationKind::FromOutsideModules,
             ),
             (
-                vec![Edge {
+                vec![Branch {
                     from: ret,
                     to: return_to + 1,
                 }],
                 ViolationKind::ToNotInstructionStart,
             ),
             (
-                vec![Edge {
+                vec![Branch {
                     from: ret,
                     to: main.address,
                 }],

@@ -11,7 +11,6 @@
 //! the build that was recorded (same build id).
 
 mod flame;
-mod perfscript;
 mod text;
 
 use std::collections::HashMap;
@@ -25,7 +24,7 @@ use serde::Serialize;
 
 use crate::cli::{Format, ReportArgs};
 use crate::elf::{Binary, Function};
-use perfscript::{Mapping, PerfScript};
+use breakdance_protocol::perfscript::{Mmap, PerfScript};
 
 /// The longest straight-line run walked between two branches; a longer
 /// one is taken as a sign that the two do not belong together.
@@ -63,18 +62,19 @@ struct Place {
 
 struct Modules {
     modules: Vec<Module>,
-    mappings: Vec<(Mapping, usize)>,
+    mappings: Vec<(Mmap, usize)>,
 }
 
 impl Modules {
     fn load(script: &PerfScript, summary: &Summary) -> Modules {
         let mut modules: Vec<Module> = Vec::new();
         let mut mappings = Vec::new();
-        for mapping in &script.mappings {
-            let index = match modules.iter().position(|m| m.path == mapping.path) {
+        for mapping in &script.mmaps {
+            let path = Path::new(&mapping.path);
+            let index = match modules.iter().position(|m| m.path == path) {
                 Some(i) => i,
                 None => {
-                    modules.push(open_module(&mapping.path, mapping, summary));
+                    modules.push(open_module(path, mapping, summary));
                     modules.len() - 1
                 }
             };
@@ -123,7 +123,7 @@ fn file_name(path: &Path) -> String {
     )
 }
 
-fn open_module(path: &Path, mapping: &Mapping, summary: &Summary) -> Module {
+fn open_module(path: &Path, mapping: &Mmap, summary: &Summary) -> Module {
     let mut module = Module {
         path: path.to_path_buf(),
         bias: 0,
@@ -150,7 +150,7 @@ fn open_module(path: &Path, mapping: &Mapping, summary: &Summary) -> Module {
     let file_mapping = FileMapping {
         start: mapping.start,
         pgoff: mapping.pgoff,
-        executable: mapping.executable,
+        executable: mapping.executable(),
     };
     match binary.layout().and_then(|l| l.load_bias(&file_mapping)) {
         Some(bias) => module.bias = bias,
@@ -202,8 +202,8 @@ fn analyse(script: &PerfScript, summary: &Summary) -> Analysis {
     let mut ranges: HashMap<(u64, u64), u64> = HashMap::new();
     let mut outside_mappings = 0;
     for trace in &script.traces {
-        let entries = &trace.execution_order;
-        for e in entries {
+        let entries: Vec<_> = trace.execution_order().copied().collect();
+        for e in &entries {
             *edges.entry((e.from, e.to)).or_default() += trace.count;
             if modules.module_of(e.from).is_none() || modules.module_of(e.to).is_none() {
                 outside_mappings += trace.count;
@@ -488,7 +488,10 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             dir.display()
         )
     })?;
-    let script = PerfScript::read(&dir.join(PERF_SCRIPT_FILE))?;
+    let script_path = dir.join(PERF_SCRIPT_FILE);
+    let text = std::fs::read_to_string(&script_path)
+        .with_context(|| format!("cannot read {}", script_path.display()))?;
+    let script = PerfScript::parse(&text).with_context(|| script_path.display().to_string())?;
     let analysis = analyse(&script, &summary);
     let report = build(dir, &summary, &script, &analysis, args.top as usize);
     match args.format {

@@ -10,6 +10,9 @@
 //! - [`SessionOptions`] and the constants a session is configured with
 //!   (trace length, events, look-ahead modes, default paths), shared by the
 //!   library's parser and profiler-ctl's command line;
+//! - [`perfscript`]: the perf.script text the library writes for
+//!   llvm-profgen, with its one reader (profiler-ctl, bench-harness, the
+//!   tests);
 //! - [`elf_layout`]: the rule that turns runtime addresses into the ELF
 //!   virtual addresses and profile offsets every output names code by;
 //! - [`socket_path`]: where a process's control socket lives, for the
@@ -22,6 +25,7 @@ mod control;
 mod counters;
 pub mod elf_layout;
 mod options;
+pub mod perfscript;
 pub mod socket_path;
 mod summary;
 pub mod user;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use breakdance_protocol::elf_layout::ElfLayout;
+use breakdance_protocol::perfscript::{self, Branch, Mmap};
 
 use crate::aggregate::Aggregate;
 use crate::modules::Module;
@@ -18,33 +19,30 @@ pub fn perf_script(agg: &Aggregate, modules: &[Module], pid: i32) -> String {
     let mut out = String::new();
     for m in modules {
         for map in &m.exec {
-            let _ = writeln!(
-                out,
-                "PERF_RECORD_MMAP2 {pid}/{pid}: [{:#x}({:#x}) @ {:#x} {:02x}:{:02x} {} 0]: {} {}",
-                map.start,
-                map.end - map.start,
-                map.offset,
-                map.dev_major,
-                map.dev_minor,
-                map.inode,
-                map.perms,
-                map.path
-            );
+            Mmap {
+                pid: pid as u32,
+                tid: pid as u32,
+                start: map.start,
+                len: map.end - map.start,
+                pgoff: map.offset,
+                major: map.dev_major,
+                minor: map.dev_minor,
+                inode: map.inode,
+                generation: 0,
+                prot: map.perms.clone(),
+                path: map.path.clone(),
+            }
+            .write(&mut out);
         }
     }
     let mut traces: Vec<_> = agg.traces.iter().collect();
     traces.sort_unstable_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
     for (entries, &count) in traces {
-        if count > 1 {
-            let _ = writeln!(out, "{count}");
-        }
-        // The sample ip: where the newest branch went.
-        let ip = entries.last().map_or(0, |e| e.to);
-        let _ = write!(out, "{ip:x}");
-        for e in entries.iter().rev() {
-            let _ = write!(out, " {:#x}/{:#x}/P/-/-/0", e.from, e.to);
-        }
-        out.push('\n');
+        let newest_first = entries.iter().rev().map(|e| Branch {
+            from: e.from,
+            to: e.to,
+        });
+        perfscript::write_trace(&mut out, count, newest_first);
     }
     out
 }

@@ -405,7 +405,7 @@ pub fn functions_in_traces(script: &PerfScript) -> BTreeSet<String> {
 
 /// Taken-branch counts of the module named `basename`, as link-time
 /// addresses, keeping only entries whose both ends lie in that module.
-pub fn module_edges(script: &PerfScript, basename: &str) -> BTreeMap<bench_harness::Edge, u64> {
+pub fn module_edges(script: &PerfScript, basename: &str) -> BTreeMap<bench_harness::Branch, u64> {
     let (modules, _) = ModuleMap::from_mmaps(&script.mmaps);
     let (index, _) = modules
         .module_by_basename(basename)
@@ -416,7 +416,7 @@ pub fn module_edges(script: &PerfScript, basename: &str) -> BTreeMap<bench_harne
             (modules.resolve(edge.from), modules.resolve(edge.to))
         {
             if mf == index && mt == index {
-                *edges.entry(bench_harness::Edge { from, to }).or_insert(0) += count;
+                *edges.entry(bench_harness::Branch { from, to }).or_insert(0) += count;
             }
         }
     }

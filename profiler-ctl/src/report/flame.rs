@@ -12,8 +12,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use iced_x86::FlowControl;
 
-use super::perfscript::PerfScript;
 use super::Place;
+use breakdance_protocol::perfscript::PerfScript;
 
 /// Instructions covered under each stack, bottom frame first.
 #[derive(Default)]
@@ -30,7 +30,7 @@ impl Stacks {
     ) -> Stacks {
         let mut stacks = Stacks::default();
         for trace in &script.traces {
-            let entries = &trace.execution_order;
+            let entries: Vec<_> = trace.execution_order().copied().collect();
             let mut stack: Vec<Place> = Vec::new();
             for (i, e) in entries.iter().enumerate() {
                 let (Some(source), Some(target)) = (place(e.from), place(e.to)) else {

@@ -1,0 +1,363 @@
+//! perf.script: the text `perf script -F ip,brstack --show-mmap-events`
+//! prints, which llvm-profgen's `--perfscript` reads and the library
+//! writes in its place (DESIGN.md, "Output formats").
+//!
+//! A `PERF_RECORD_MMAP2` line per executable file mapping, then one line
+//! per distinct trace: the sample ip (hex, no prefix), then the taken
+//! branches newest first, each `0xFROM/0xTO/P/-/-/0`. A line holding only
+//! a decimal count above one says how often the trace after it was
+//! recorded. The writer's line functions and the reader are here together,
+//! so that what the library writes is what profiler-ctl, bench-harness and
+//! the tests read.
+
+use std::fmt::Write;
+
+/// One taken control transfer: the address of the transfer instruction
+/// and the address it went to (runtime addresses in a perf.script; other
+/// readers say which address space theirs are in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Branch {
+    /// Address of the transfer instruction.
+    pub from: u64,
+    /// Address it transferred to.
+    pub to: u64,
+}
+
+/// One `PERF_RECORD_MMAP2` line: an executable file mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mmap {
+    pub pid: u32,
+    pub tid: u32,
+    /// Runtime start address of the mapping.
+    pub start: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// File offset the mapping starts at.
+    pub pgoff: u64,
+    pub major: u32,
+    pub minor: u32,
+    pub inode: u64,
+    pub generation: u64,
+    /// Protection string, e.g. `r-xp`.
+    pub prot: String,
+    pub path: String,
+}
+
+impl Mmap {
+    /// True when `address` lies in the mapping.
+    pub fn contains(&self, address: u64) -> bool {
+        address >= self.start && address - self.start < self.len
+    }
+
+    /// Whether the mapping is executable (`x` in its protection).
+    pub fn executable(&self) -> bool {
+        self.prot.as_bytes().get(2) == Some(&b'x')
+    }
+
+    /// Appends the mapping's line to `out`.
+    pub fn write(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "PERF_RECORD_MMAP2 {}/{}: [{:#x}({:#x}) @ {:#x} {:02x}:{:02x} {} {}]: {} {}",
+            self.pid,
+            self.tid,
+            self.start,
+            self.len,
+            self.pgoff,
+            self.major,
+            self.minor,
+            self.inode,
+            self.generation,
+            self.prot,
+            self.path
+        );
+    }
+}
+
+/// One distinct trace with its repeat count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    /// The sample ip field.
+    pub ip: u64,
+    /// Taken branches as written: newest first, runtime addresses.
+    pub entries_newest_first: Vec<Branch>,
+    /// How many times this exact trace was recorded (1 without a count line).
+    pub count: u64,
+}
+
+impl Trace {
+    /// The entries oldest first, in the order the program executed them.
+    pub fn execution_order(&self) -> impl DoubleEndedIterator<Item = &Branch> + ExactSizeIterator {
+        self.entries_newest_first.iter().rev()
+    }
+}
+
+/// Appends one trace to `out`: its count line when above one, then its
+/// sample line, whose ip is where the newest branch went.
+pub fn write_trace(out: &mut String, count: u64, newest_first: impl IntoIterator<Item = Branch>) {
+    if count > 1 {
+        let _ = writeln!(out, "{count}");
+    }
+    let mut entries = newest_first.into_iter().peekable();
+    let ip = entries.peek().map_or(0, |e| e.to);
+    let _ = write!(out, "{ip:x}");
+    for e in entries {
+        let _ = write!(out, " {:#x}/{:#x}/P/-/-/0", e.from, e.to);
+    }
+    out.push('\n');
+}
+
+/// A whole perf.script file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PerfScript {
+    pub mmaps: Vec<Mmap>,
+    pub traces: Vec<Trace>,
+}
+
+/// What was wrong with a perf.script, and on which line (1-based).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("perf.script line {line}: {message}")]
+pub struct ParseError {
+    pub line: usize,
+    pub message: String,
+}
+
+impl PerfScript {
+    /// Number of traces, counting repeats.
+    pub fn trace_count(&self) -> u64 {
+        self.traces.iter().map(|t| t.count).sum()
+    }
+
+    /// Number of branch entries, counting repeats.
+    pub fn entry_count(&self) -> u64 {
+        self.traces
+            .iter()
+            .map(|t| t.count * t.entries_newest_first.len() as u64)
+            .sum()
+    }
+
+    /// Taken-branch counts over all traces (runtime addresses, repeats
+    /// counted).
+    pub fn edge_counts(&self) -> std::collections::BTreeMap<Branch, u64> {
+        let mut counts = std::collections::BTreeMap::new();
+        for trace in &self.traces {
+            for edge in &trace.entries_newest_first {
+                *counts.entry(*edge).or_insert(0) += trace.count;
+            }
+        }
+        counts
+    }
+
+    /// Parses perf.script text.
+    pub fn parse(text: &str) -> Result<PerfScript, ParseError> {
+        let mut script = PerfScript::default();
+        let mut pending_count: Option<(usize, u64)> = None;
+        for (index, raw) in text.lines().enumerate() {
+            let line_no = index + 1;
+            let err = |message: String| ParseError {
+                line: line_no,
+                message,
+            };
+            let line = raw.trim();
+            if line.is_empty() {
+                continue;
+            }
+            if line.starts_with("PERF_RECORD_MMAP2") {
+                script.mmaps.push(parse_mmap(line).map_err(err)?);
+                continue;
+            }
+            if line.bytes().all(|b| b.is_ascii_digit()) {
+                if let Some((at, _)) = pending_count {
+                    return Err(ParseError {
+                        line: at,
+                        message: "repeat count line not followed by a sample".into(),
+                    });
+                }
+                let count = line
+                    .parse()
+                    .map_err(|_| err(format!("bad repeat count '{line}'")))?;
+                if count == 0 {
+                    return Err(err("repeat count 0".into()));
+                }
+                pending_count = Some((line_no, count));
+                continue;
+            }
+            let mut fields = line.split(' ').filter(|f| !f.is_empty());
+            let ip_text = fields.next().unwrap_or_default();
+            let ip = u64::from_str_radix(ip_text, 16)
+                .map_err(|_| err(format!("sample ip '{ip_text}' is not hex")))?;
+            let entries = fields
+                .map(parse_entry)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(err)?;
+            let count = pending_count.take().map_or(1, |(_, c)| c);
+            script.traces.push(Trace {
+                ip,
+                entries_newest_first: entries,
+                count,
+            });
+        }
+        if let Some((at, _)) = pending_count {
+            return Err(ParseError {
+                line: at,
+                message: "repeat count at end of file".into(),
+            });
+        }
+        Ok(script)
+    }
+}
+
+fn hex(text: &str) -> Result<u64, String> {
+    let digits = text
+        .strip_prefix("0x")
+        .ok_or_else(|| format!("'{text}' lacks the 0x prefix"))?;
+    u64::from_str_radix(digits, 16).map_err(|_| format!("'{text}' is not hex"))
+}
+
+/// `0xFROM/0xTO/P/-/-/0`: the flag fields are not checked beyond their count.
+fn parse_entry(text: &str) -> Result<Branch, String> {
+    let parts: Vec<&str> = text.split('/').collect();
+    if parts.len() < 2 {
+        return Err(format!("branch entry '{text}' is not FROM/TO/..."));
+    }
+    Ok(Branch {
+        from: hex(parts[0])?,
+        to: hex(parts[1])?,
+    })
+}
+
+/// `PERF_RECORD_MMAP2 PID/TID: [0xSTART(0xLEN) @ 0xPGOFF MAJ:MIN INODE GEN]: PROT PATH`
+fn parse_mmap(line: &str) -> Result<Mmap, String> {
+    let bad = |what: &str| format!("MMAP2 line: {what} in '{line}'");
+    let rest = line["PERF_RECORD_MMAP2".len()..].trim_start();
+    let (ids, rest) = rest.split_once(": [").ok_or_else(|| bad("no ': ['"))?;
+    let (pid, tid) = ids.split_once('/').ok_or_else(|| bad("no PID/TID"))?;
+    let pid = pid.trim().parse().map_err(|_| bad("bad pid"))?;
+    let tid = tid.trim().parse().map_err(|_| bad("bad tid"))?;
+    let (inside, rest) = rest.split_once("]: ").ok_or_else(|| bad("no ']: '"))?;
+    let (range, rest_inside) = inside.split_once(" @ ").ok_or_else(|| bad("no ' @ '"))?;
+    let (start, len) = range
+        .split_once('(')
+        .ok_or_else(|| bad("no '(' in range"))?;
+    let start = hex(start).map_err(|e| bad(&e))?;
+    let len = hex(len.trim_end_matches(')')).map_err(|e| bad(&e))?;
+    let fields: Vec<&str> = rest_inside.split_whitespace().collect();
+    let [pgoff, device, inode, generation] = fields[..] else {
+        return Err(bad("expected PGOFF MAJ:MIN INODE GEN"));
+    };
+    let pgoff = hex(pgoff).map_err(|e| bad(&e))?;
+    let (major, minor) = device.split_once(':').ok_or_else(|| bad("bad MAJ:MIN"))?;
+    let major = u32::from_str_radix(major, 16).map_err(|_| bad("bad major"))?;
+    let minor = u32::from_str_radix(minor, 16).map_err(|_| bad("bad minor"))?;
+    let inode = inode.parse().map_err(|_| bad("bad inode"))?;
+    let generation = generation.parse().map_err(|_| bad("bad generation"))?;
+    let (prot, path) = rest
+        .split_once(' ')
+        .ok_or_else(|| bad("no protection and path"))?;
+    Ok(Mmap {
+        pid,
+        tid,
+        start,
+        len,
+        pgoff,
+        major,
+        minor,
+        inode,
+        generation,
+        prot: prot.to_string(),
+        path: path.trim().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRIPT: &str = "\
+PERF_RECORD_MMAP2 4242/4242: [0x55d0c1e01000(0x2000) @ 0x1000 08:01 131090 0]: r-xp /tmp/prog
+PERF_RECORD_MMAP2 4242/4242: [0x7f0000028000(0x195000) @ 0x28000 fe:01 2345 0]: r-xp /usr/lib/x86_64-linux-gnu/libc.so.6
+3
+55d0c1e01180 0x55d0c1e01170/0x55d0c1e01180/P/-/-/0 0x55d0c1e01150/0x55d0c1e01160/P/-/-/0
+ 7f0000028010 0x7f0000028000/0x7f0000028010/P/-/-/0
+";
+
+    #[test]
+    fn reads_mmaps_counts_and_entries() {
+        let s = PerfScript::parse(SCRIPT).unwrap();
+        assert_eq!(s.mmaps.len(), 2);
+        let m = &s.mmaps[0];
+        assert_eq!(
+            (m.pid, m.tid, m.start, m.len, m.pgoff),
+            (4242, 4242, 0x55d0c1e01000, 0x2000, 0x1000)
+        );
+        assert_eq!((m.major, m.minor, m.inode, m.generation), (8, 1, 131090, 0));
+        assert_eq!((m.prot.as_str(), m.path.as_str()), ("r-xp", "/tmp/prog"));
+        assert!(m.executable());
+        assert_eq!(s.mmaps[1].major, 0xfe);
+        assert!(m.contains(0x55d0c1e02fff) && !m.contains(0x55d0c1e03000));
+        assert_eq!(s.traces.len(), 2);
+        assert_eq!(s.traces[0].count, 3);
+        assert_eq!(s.traces[1].count, 1);
+        let order: Vec<u64> = s.traces[0].execution_order().map(|e| e.from).collect();
+        assert_eq!(order, vec![0x55d0c1e01150, 0x55d0c1e01170]);
+        assert_eq!(s.trace_count(), 4);
+        assert_eq!(s.entry_count(), 7);
+        let edge = Branch {
+            from: 0x55d0c1e01170,
+            to: 0x55d0c1e01180,
+        };
+        assert_eq!(s.edge_counts()[&edge], 3);
+    }
+
+    #[test]
+    fn what_is_written_reads_back() {
+        let mmap = Mmap {
+            pid: 77,
+            tid: 77,
+            start: 0x55_0000_1000,
+            len: 0x2000,
+            pgoff: 0x1000,
+            major: 0xfe,
+            minor: 1,
+            inode: 42,
+            generation: 0,
+            prot: "r-xp".into(),
+            path: "/bin/my prog".into(),
+        };
+        let entries = [
+            Branch {
+                from: 0x10,
+                to: 0x20,
+            },
+            Branch {
+                from: 0x30,
+                to: 0x40,
+            },
+        ];
+        let mut text = String::new();
+        mmap.write(&mut text);
+        write_trace(&mut text, 3, entries.iter().rev().copied());
+        write_trace(&mut text, 1, entries[..1].iter().copied());
+        let s = PerfScript::parse(&text).unwrap();
+        assert_eq!(s.mmaps, [mmap]);
+        assert_eq!(s.traces.len(), 2);
+        assert_eq!((s.traces[0].ip, s.traces[0].count), (0x40, 3));
+        assert!(s.traces[0].execution_order().eq(entries.iter()));
+        assert_eq!((s.traces[1].ip, s.traces[1].count), (0x20, 1));
+    }
+
+    #[test]
+    fn rejects_malformed_lines() {
+        let e = PerfScript::parse("zz 0x1/0x2/P/-/-/0\n").unwrap_err();
+        assert!(e.message.contains("not hex"), "{e}");
+        let e = PerfScript::parse("10 1/0x2/P/-/-/0\n").unwrap_err();
+        assert!(e.message.contains("0x prefix"), "{e}");
+        let e = PerfScript::parse("2\n3\n10 0x1/0x2\n").unwrap_err();
+        assert_eq!(e.line, 1);
+        let e = PerfScript::parse("10 0x1/0x2\n5\n").unwrap_err();
+        assert!(e.message.contains("end of file"), "{e}");
+        let e = PerfScript::parse("PERF_RECORD_MMAP2 1/1: [0x1000(0x10) @ 0x0 08:01]: r-xp /x\n")
+            .unwrap_err();
+        assert!(e.message.contains("PGOFF"), "{e}");
+    }
+}
