@@ -6,10 +6,10 @@
 //! member of musl's libc.a) in a different order: `ld.lld-19
 //! --shuffle-sections='.text*=SEED'`. Each layout runs under the timing model
 //! twice, with the tournament predictor and with the perfect one. The
-//! tournament runs give points (MPKI, CPI); a least-squares line CPI = m·MPKI
-//! + b through them, extrapolated to MPKI = 0, estimates the CPI under
-//! perfect prediction — which the perfect runs measure directly, the check
-//! real hardware cannot make.
+//! tournament runs give points (MPKI, CPI); the least-squares line
+//! CPI = m·MPKI + b through them, extrapolated to MPKI = 0, estimates the
+//! CPI under perfect prediction, which the perfect runs measure directly:
+//! the check real hardware cannot make.
 //!
 //! Workloads: bzip2 1.0.8 (Debian's sources) compressing generated text, and
 //! `brr/workloads/opmix.c`. Each layout's text symbols are hashed to show

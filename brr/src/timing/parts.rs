@@ -333,7 +333,7 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             x >> 63 == 1
         };
-        assert!(late_misses(K::Gshare, random.clone()) > 600);
+        assert!(late_misses(K::Gshare, random) > 600);
         assert_eq!(late_misses(K::Perfect, random), 0);
         assert_eq!(late_misses(K::Perfect, alternating), 0);
     }
