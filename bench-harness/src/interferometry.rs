@@ -197,7 +197,8 @@ pub fn run(opts: &Options) -> Result<usize> {
     }
     rep.table("layouts", "Every layout", &all_rows)?;
     rep.table("fit", "Fit per workload", &fits)?;
-    let summary = summary_md(opts, n, &config, &fits, &md);
+    let mut summary = summary_md(opts, n, &config, &fits, &md);
+    summary += &findings_md(&fits, config.mispredict_penalty)?;
     rep.write("summary.md", &summary)?;
     rep.note(
         "See [summary.md](summary.md) for the method, the fits and the comparison with the paper.",
@@ -674,6 +675,122 @@ fn summary_md(opts: &Options, n: usize, config: &Config, fits: &Table, body: &st
         config.mispredict_penalty
     );
     s
+}
+
+/// Replaces the "Findings" section of `DIR/summary.md` with one generated
+/// from `DIR/fit.csv` (`bench-harness interferometry-findings`): the same
+/// text a full run writes, without rerunning the layouts.
+pub fn refresh_findings(opts: &Options) -> Result<usize> {
+    let dir = opts.results.join("interferometry");
+    let csv = dir.join("fit.csv");
+    let text =
+        std::fs::read_to_string(&csv).with_context(|| format!("cannot read {}", csv.display()))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .with_context(|| format!("{} is empty", csv.display()))?
+        .split(',')
+        .collect();
+    let mut fits = Table::new(&header);
+    for (i, l) in lines.enumerate() {
+        let cells: Vec<String> = l.split(',').map(str::to_string).collect();
+        if cells.len() != header.len() {
+            bail!(
+                "{} line {}: {} cells under {} headers",
+                csv.display(),
+                i + 2,
+                cells.len(),
+                header.len()
+            );
+        }
+        fits.push(cells);
+    }
+    let path = dir.join("summary.md");
+    let old = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let keep = old
+        .find(FINDINGS_HEADING)
+        .map_or(old.as_str(), |i| &old[..i]);
+    let new = format!(
+        "{}\n{}",
+        keep.trim_end(),
+        findings_md(&fits, Config::default().mispredict_penalty)?
+    );
+    std::fs::write(&path, new).with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!(
+        "[interferometry] findings regenerated in {}",
+        path.display()
+    );
+    Ok(0)
+}
+
+const FINDINGS_HEADING: &str = "## Findings";
+
+/// The "Findings" section, generated from the fit table's numbers: b against
+/// the measured perfect-predictor CPI and b's CI, predicted against measured
+/// gain, and the slope's cost per misprediction against the measured one.
+fn findings_md(fits: &Table, penalty: u32) -> Result<String> {
+    let col = |name: &str| -> Result<usize> {
+        fits.headers
+            .iter()
+            .position(|h| h == name)
+            .with_context(|| format!("the fit table has no column '{name}'"))
+    };
+    let mut s = format!(
+        "\n{FINDINGS_HEADING}\n\nGenerated from the fit table above ({} workload{}).\n\n",
+        fits.rows.len(),
+        if fits.rows.len() == 1 { "" } else { "s" }
+    );
+    for r in &fits.rows {
+        let num = |name: &str| -> Result<f64> {
+            let c = &r[col(name)?];
+            c.parse()
+                .with_context(|| format!("fit table column '{name}': '{c}' is not a number"))
+        };
+        let name = &r[col("workload")?];
+        let (b, b_lo, b_hi) = (num("b")?, num("b_ci_low")?, num("b_ci_high")?);
+        let perfect = num("mean_perfect_cpi")?;
+        let (r2, n) = (num("r2")?, num("layouts")?);
+        let in_pi = num("perfect_layouts_in_pi")?;
+        let (pg, mg) = (num("predicted_gain")?, num("measured_gain")?);
+        let (cm, cmeas) = (
+            num("cycles_per_misprediction_m")?,
+            num("cycles_per_misprediction_measured")?,
+        );
+        let inside = (b_lo..=b_hi).contains(&perfect);
+        let _ = writeln!(
+            s,
+            "- **{name}**: R² = {r2:.3} over {n:.0} layouts. The intercept b = {b:.4} \
+             (95% CI [{b_lo:.4}, {b_hi:.4}]) against a measured perfect-predictor CPI of \
+             {perfect:.4}: b is {} by {:.4} ({:+.1}%), and the measured value lies {} b's CI; \
+             {in_pi:.0} of {n:.0} layouts' perfect CPI lie in the 95% prediction interval. \
+             Gain of perfect prediction: {:+.1}% predicted by the fit, {:+.1}% measured ({}). \
+             Cycles per misprediction: {cm:.1} from the slope, {cmeas:.1} measured, against \
+             a modelled penalty of {penalty} ({}).",
+            if b >= perfect { "higher" } else { "lower" },
+            (b - perfect).abs(),
+            (b / perfect - 1.0) * 100.0,
+            if inside { "inside" } else { "outside" },
+            pg * 100.0,
+            mg * 100.0,
+            if pg < mg {
+                "the fit underestimates it"
+            } else {
+                "the fit does not underestimate it"
+            },
+            if cm < cmeas {
+                "the slope is lower than the measured cost"
+            } else {
+                "the slope is not lower than the measured cost"
+            },
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nThe CI of b reflects only the scatter of the points around the line, not any bias \
+         of extrapolating it to MPKI = 0."
+    );
+    Ok(s)
 }
 
 /// "Nice" ticks covering `lo..hi`: steps of 1, 2 or 5 × 10^k.

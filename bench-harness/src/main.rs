@@ -44,6 +44,9 @@ experiments:
              N code layouts of bzip2 and opmix (lld --shuffle-sections), CPI
              and MPKI of each, the fit CPI = m*MPKI + b with 95% intervals,
              and b checked against the CPI a perfect predictor measures
+  interferometry-findings
+             regenerate the Findings section of results/interferometry/
+             summary.md from its fit.csv, without rerunning the layouts
   all        every experiment above, in order
 
 options:
@@ -126,6 +129,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "tracelen" => tracelen::run(opts),
         "levels" => levels::run(opts),
         "interferometry" => interferometry::run(opts),
+        "interferometry-findings" => interferometry::refresh_findings(opts),
         "brr" => {
             let dir = opts.results.join("brr");
             std::fs::create_dir_all(&dir)
