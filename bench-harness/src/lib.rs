@@ -9,6 +9,7 @@ pub mod elf;
 pub mod llvm_text;
 pub mod overlap;
 pub mod perfscript;
+pub mod regression;
 pub mod tools;
 pub mod validate;
 

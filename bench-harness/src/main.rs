@@ -7,6 +7,7 @@ mod bpcost;
 mod brr_tracer;
 mod fdo;
 mod forms;
+mod interferometry;
 mod levels;
 mod overhead;
 mod profiler;
@@ -20,7 +21,8 @@ mod workloads;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
-const USAGE: &str = "usage: bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR]
+const USAGE: &str =
+    "usage: bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR] [--layouts N]
 
 experiments:
   workloads  fetch and build the third-party workloads, time them natively
@@ -37,18 +39,30 @@ experiments:
              quality against CPU overhead, per trace length
   levels     emulate mode with glibc's string functions at each x86-64 ISA
              level (GLIBC_TUNABLES): segments, stops, step-overs, overhead
+  interferometry
+             program interferometry (Wang and Jimenez) in brr's timing model:
+             N code layouts of bzip2 and opmix (lld --shuffle-sections), CPI
+             and MPKI of each, the fit CPI = m*MPKI + b with 95% intervals,
+             and b checked against the CPI a perfect predictor measures
+  interferometry-findings
+             regenerate the Findings section of results/interferometry/
+             summary.md from its fit.csv, without rerunning the layouts
   all        every experiment above, in order
 
 options:
   --quick        small inputs and few runs (a smoke test; under 3 minutes)
   --cache DIR    where sources, builds and inputs are kept (default target/workloads)
-  --results DIR  where results go (default results)";
+  --results DIR  where results go (default results)
+  --layouts N    interferometry: layouts per workload (default 100, --quick 6;
+                 at least 3)";
 
 /// Options shared by every experiment.
 pub struct Options {
     pub quick: bool,
     pub cache: PathBuf,
     pub results: PathBuf,
+    /// `--layouts N` (interferometry only).
+    pub layouts: Option<usize>,
 }
 
 fn parse(args: &[String]) -> Result<(String, Options)> {
@@ -57,11 +71,21 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
         quick: false,
         cache: PathBuf::from("target/workloads"),
         results: PathBuf::from("results"),
+        layouts: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => opts.quick = true,
+            "--layouts" => {
+                let v = it
+                    .next()
+                    .context("option --layouts needs a number of layouts")?;
+                let n: usize = v.parse().ok().filter(|n| *n >= 3).with_context(|| {
+                    format!("--layouts needs a whole number of at least 3, got '{v}'")
+                })?;
+                opts.layouts = Some(n);
+            }
             "--cache" | "--results" => {
                 let v = it
                     .next()
@@ -104,6 +128,8 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "verify" => verify::run(opts),
         "tracelen" => tracelen::run(opts),
         "levels" => levels::run(opts),
+        "interferometry" => interferometry::run(opts),
+        "interferometry-findings" => interferometry::refresh_findings(opts),
         "brr" => {
             let dir = opts.results.join("brr");
             std::fs::create_dir_all(&dir)
@@ -125,6 +151,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
                 "verify",
                 "tracelen",
                 "levels",
+                "interferometry",
             ] {
                 match run(e, opts) {
                     Ok(n) => failed += n,

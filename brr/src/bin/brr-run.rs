@@ -26,7 +26,21 @@ OPTIONS:
     --timing CONFIG   also run the cycle model with the parameters in CONFIG
                       (key = value lines; brr/timing.conf holds the defaults,
                       the paper's core) and print its report to stderr:
-                      instructions, cycles, CPI, MPKI, counts per branch kind
+                      the predictor, instructions, cycles, CPI, MPKI
+                      (branch mispredictions per 1000 instructions), counts
+                      per branch kind, L1I/L1D/L2 accesses and misses, BTB
+                      lookups and misses, L1I and BTB misses per 1000
+                      instructions
+    --predictor NAME  the timing model's branch direction predictor, instead
+                      of CONFIG's `predictor` key (needs --timing):
+                        tournament  gshare + bimodal + per-branch chooser
+                                    (the paper's core, the default)
+                        gshare      gshare alone (gshare_history_bits)
+                        bimodal     2-bit counters by address (bimodal_entries)
+                        perfect     never mispredicts a direction, an indirect
+                                    target or a return: CPI without
+                                    misprediction cost (BTB misses of direct
+                                    jumps still cost a decode redirect)
     --stats           print instructions, time, MIPS and brr counts to stderr,
                       and the CPU model emulated (this machine's, measured)
     -h, --help        this text
@@ -49,6 +63,7 @@ fn real_main() -> Result<i32> {
     let mut limit = 1_000_000_000_000u64;
     let mut stats = false;
     let mut timing: Option<PathBuf> = None;
+    let mut predictor: Option<brr::timing::PredictorKind> = None;
     let mut program: Vec<String> = Vec::new();
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
@@ -62,6 +77,12 @@ fn real_main() -> Result<i32> {
             "--limit" => limit = value("--limit")?.parse().context("--limit: not a number")?,
             "--stats" => stats = true,
             "--timing" => timing = Some(PathBuf::from(value("--timing")?)),
+            "--predictor" => {
+                predictor = Some(
+                    brr::timing::PredictorKind::parse(&value("--predictor")?)
+                        .context("--predictor")?,
+                )
+            }
             "--" => {
                 program.extend(args.by_ref());
             }
@@ -74,6 +95,9 @@ fn real_main() -> Result<i32> {
             }
         }
     }
+    if predictor.is_some() && timing.is_none() {
+        bail!("--predictor needs --timing CONFIG (see --help)");
+    }
     let Some(path) = program.first().map(PathBuf::from) else {
         bail!("no program given (see --help)");
     };
@@ -81,7 +105,10 @@ fn real_main() -> Result<i32> {
     let start = Instant::now();
     let status = match &timing {
         Some(path) => {
-            let config = brr::timing::Config::from_file(path)?;
+            let mut config = brr::timing::Config::from_file(path)?;
+            if let Some(p) = predictor {
+                config.predictor = p;
+            }
             let (status, report) = brr::timing::run(&mut process, &config, limit)?;
             eprint!("{}", report.to_text());
             status

@@ -3,6 +3,49 @@
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
+/// The branch direction predictor of the model (`predictor = NAME`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PredictorKind {
+    /// gshare + bimodal + per-branch chooser (the paper's core; default).
+    Tournament,
+    /// gshare alone, `gshare_history_bits` of history and 2^that counters.
+    Gshare,
+    /// `bimodal_entries` 2-bit counters indexed by address, no history.
+    Bimodal,
+    /// Never mispredicts: every direction, indirect target and return is
+    /// known. CPI under it is CPI with branch mispredictions removed.
+    Perfect,
+}
+
+impl PredictorKind {
+    pub const ALL: [PredictorKind; 4] = [
+        PredictorKind::Tournament,
+        PredictorKind::Gshare,
+        PredictorKind::Bimodal,
+        PredictorKind::Perfect,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PredictorKind::Tournament => "tournament",
+            PredictorKind::Gshare => "gshare",
+            PredictorKind::Bimodal => "bimodal",
+            PredictorKind::Perfect => "perfect",
+        }
+    }
+
+    /// The predictor called `name`; the error lists the valid names.
+    pub fn parse(name: &str) -> Result<PredictorKind> {
+        PredictorKind::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .with_context(|| {
+                let names: Vec<&str> = PredictorKind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown predictor '{name}' (one of: {})", names.join(", "))
+            })
+    }
+}
+
 /// Parameters of the modelled core (defaults: the paper's machine, §5).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -17,6 +60,8 @@ pub struct Config {
     /// Bubble of a redirect at decode: a direct jump or call missing in the
     /// BTB, and every taken brr.
     pub decode_redirect_penalty: u32,
+    /// Which direction predictor; the next three keys size its tables.
+    pub predictor: PredictorKind,
     pub gshare_history_bits: u32,
     pub bimodal_entries: u32,
     pub chooser_entries: u32,
@@ -46,6 +91,7 @@ impl Default for Config {
             rob_size: 80,
             mispredict_penalty: 11,
             decode_redirect_penalty: 4,
+            predictor: PredictorKind::Tournament,
             gshare_history_bits: 16,
             bimodal_entries: 65536,
             chooser_entries: 65536,
@@ -88,6 +134,11 @@ impl Config {
                 bail!("line {}: expected `key = value`, got '{line}'", n + 1);
             };
             let (key, value) = (key.trim(), value.trim());
+            if key == "predictor" {
+                c.predictor =
+                    PredictorKind::parse(value).with_context(|| format!("line {}", n + 1))?;
+                continue;
+            }
             let v: u32 = value.parse().with_context(|| {
                 format!("line {}: {key}: '{value}' is not a whole number", n + 1)
             })?;
@@ -189,5 +240,20 @@ mod tests {
         assert!(e.contains("btb_entries"), "{e}");
         let e = format!("{:#}", Config::parse("l1_latency = fast").unwrap_err());
         assert!(e.contains("not a whole number"), "{e}");
+        let e = format!("{:#}", Config::parse("\npredictor = oracle").unwrap_err());
+        assert!(
+            e.contains("line 2")
+                && e.contains("unknown predictor 'oracle'")
+                && e.contains("gshare"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_predictor_parses_by_name() {
+        for k in PredictorKind::ALL {
+            let c = Config::parse(&format!("predictor = {}  # comment", k.name())).unwrap();
+            assert_eq!(c.predictor, k);
+        }
     }
 }

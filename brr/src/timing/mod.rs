@@ -3,11 +3,14 @@
 //! First-order model of the paper's out-of-order core (Lee and Zilles §5):
 //! - front end: fetch blocks of `fetch_width` instructions (3) that end at
 //!   a predicted-taken branch; L1 I-cache misses stall fetch;
-//! - branches: tournament predictor for jcc, BTB for targets, RAS for
-//!   returns. A wrong direction or target costs `mispredict_penalty` cycles
+//! - branches: a direction predictor for jcc (`predictor` in the config:
+//!   tournament by default, or gshare, bimodal, perfect), BTB for targets,
+//!   RAS for returns. A wrong direction or target costs `mispredict_penalty` cycles
 //!   after the branch executes. Direct jumps/calls and brr are resolved in
 //!   decode: a BTB miss or a taken brr costs `decode_redirect_penalty`. brr
-//!   is always predicted not-taken and never touches predictor state;
+//!   is always predicted not-taken and never touches predictor state. The
+//!   perfect predictor also knows indirect targets and return addresses, so
+//!   it never mispredicts; BTB misses of direct transfers still redirect;
 //! - back end: dataflow. An instruction issues when it is fetched, its ROB
 //!   slot is free and its register/flag inputs are ready; loads take the L1,
 //!   L2 or memory latency, or the forwarding latency from an older store to
@@ -21,11 +24,11 @@
 mod config;
 mod parts;
 
-pub use config::Config;
+pub use config::{Config, PredictorKind};
 
 use crate::emu::{BranchKind, Retired};
 use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, Register};
-use parts::{Cache, Ras, SetAssoc, Tournament};
+use parts::{Cache, Predictor, Ras, SetAssoc};
 use std::collections::HashMap;
 
 /// Register-like resources tracked for dependences: 16 GPRs, 16 XMMs, flags.
@@ -54,12 +57,17 @@ pub struct KindCounts {
 /// What a timed run measured.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
+    /// Name of the direction predictor the run used.
+    pub predictor: &'static str,
     pub instructions: u64,
     pub cycles: u64,
     pub kinds: Vec<(&'static str, KindCounts)>,
     pub l1i: (u64, u64),
     pub l1d: (u64, u64),
     pub l2: (u64, u64),
+    /// BTB (lookups, misses): every direct or indirect transfer and every
+    /// conditional branch predicted taken looks its target up.
+    pub btb: (u64, u64),
 }
 
 impl Report {
@@ -74,10 +82,20 @@ impl Report {
         self.mispredictions() as f64 * 1000.0 / self.instructions.max(1) as f64
     }
 
+    /// L1 I-cache misses per thousand instructions.
+    pub fn l1i_mpki(&self) -> f64 {
+        self.l1i.1 as f64 * 1000.0 / self.instructions.max(1) as f64
+    }
+    /// BTB misses per thousand instructions.
+    pub fn btb_mpki(&self) -> f64 {
+        self.btb.1 as f64 * 1000.0 / self.instructions.max(1) as f64
+    }
+
     /// Human-readable summary, one `key: value` per line.
     pub fn to_text(&self) -> String {
         let mut s = format!(
-            "instructions: {}\ncycles: {}\nCPI: {:.4}\nmispredictions: {}\nMPKI: {:.3}\n",
+            "predictor: {}\ninstructions: {}\ncycles: {}\nCPI: {:.4}\nmispredictions: {}\nMPKI: {:.3}\n",
+            self.predictor,
             self.instructions,
             self.cycles,
             self.cpi(),
@@ -93,6 +111,13 @@ impl Report {
         for (name, (a, m)) in [("L1I", self.l1i), ("L1D", self.l1d), ("L2", self.l2)] {
             s += &format!("{name}: accesses {a} misses {m}\n");
         }
+        s += &format!(
+            "BTB: lookups {} misses {}\nL1I MPKI: {:.3}\nBTB MPKI: {:.3}\n",
+            self.btb.0,
+            self.btb.1,
+            self.l1i_mpki(),
+            self.btb_mpki()
+        );
         s
     }
 }
@@ -126,8 +151,10 @@ pub struct Model {
     c: Config,
     info: InstructionInfoFactory,
     statics: HashMap<u64, Static>,
-    predictor: Tournament,
+    predictor: Predictor,
     btb: SetAssoc,
+    btb_lookups: u64,
+    btb_misses: u64,
     ras: Ras,
     l1i: Cache,
     l1d: Cache,
@@ -150,8 +177,10 @@ impl Model {
             c: c.clone(),
             info: InstructionInfoFactory::new(),
             statics: HashMap::new(),
-            predictor: Tournament::new(c.gshare_history_bits, c.bimodal_entries, c.chooser_entries),
+            predictor: Predictor::new(c.predictor, c),
             btb: SetAssoc::new(c.btb_entries as usize, c.btb_ways as usize),
+            btb_lookups: 0,
+            btb_misses: 0,
             ras: Ras::new(c.ras_entries),
             l1i: Cache::new(c.l1i_size, c.l1_ways, c.line_size),
             l1d: Cache::new(c.l1d_size, c.l1_ways, c.line_size),
@@ -329,14 +358,13 @@ impl Model {
         match r.kind {
             BranchKind::None => {}
             BranchKind::Conditional => {
-                let pred = self.predictor.predict(r.ip);
-                self.predictor.update(r.ip, r.taken);
+                let pred = self.predictor.predict_and_update(r.ip, r.taken);
                 if pred != r.taken {
                     mispredict = true;
                 } else if r.taken {
                     // Predicted taken: the BTB supplies the target at fetch,
                     // or decode computes it (direct jcc).
-                    if self.btb.lookup(r.ip) == Some(r.target) {
+                    if self.btb_hit(r.ip, r.target) {
                         end_block = true;
                     } else {
                         redirect = true;
@@ -347,7 +375,7 @@ impl Model {
                 }
             }
             BranchKind::DirectJump | BranchKind::DirectCall => {
-                if self.btb.lookup(r.ip) == Some(r.target) {
+                if self.btb_hit(r.ip, r.target) {
                     end_block = true;
                 } else {
                     redirect = true;
@@ -358,10 +386,15 @@ impl Model {
                 }
             }
             BranchKind::IndirectJump | BranchKind::IndirectCall => {
-                if self.btb.lookup(r.ip) == Some(r.target) {
+                if self.btb_hit(r.ip, r.target) {
                     end_block = true;
                 } else {
-                    mispredict = true;
+                    // The perfect predictor knows the target anyway.
+                    if self.predictor.is_perfect() {
+                        end_block = true;
+                    } else {
+                        mispredict = true;
+                    }
                     self.btb.insert(r.ip, r.target);
                 }
                 if r.kind == BranchKind::IndirectCall {
@@ -369,7 +402,7 @@ impl Model {
                 }
             }
             BranchKind::Return => {
-                if self.ras.pop() == Some(r.target) {
+                if self.ras.pop() == Some(r.target) || self.predictor.is_perfect() {
                     end_block = true;
                 } else {
                     mispredict = true;
@@ -394,14 +427,24 @@ impl Model {
         }
     }
 
+    /// Looks the transfer at `ip` up in the BTB: a hit has the right target.
+    fn btb_hit(&mut self, ip: u64, target: u64) -> bool {
+        self.btb_lookups += 1;
+        let hit = self.btb.lookup(ip) == Some(target);
+        self.btb_misses += u64::from(!hit);
+        hit
+    }
+
     pub fn report(&self) -> Report {
         Report {
+            predictor: self.c.predictor.name(),
             instructions: self.count,
             cycles: self.retire + 1,
             kinds: KIND_NAMES.iter().copied().zip(self.kinds).skip(1).collect(),
             l1i: (self.l1i.accesses, self.l1i.misses),
             l1d: (self.l1d.accesses, self.l1d.misses),
             l2: (self.l2.accesses, self.l2.misses),
+            btb: (self.btb_lookups, self.btb_misses),
         }
     }
 }

@@ -1,8 +1,9 @@
-//! The structures of the modelled front end and memory: tournament branch
-//! predictor, BTB, return-address stack and set-associative LRU caches.
+//! The structures of the modelled front end and memory: branch direction
+//! predictors (tournament, gshare, bimodal, perfect), BTB, return-address
+//! stack and set-associative LRU caches.
 
 /// Saturating 2-bit counters; >= 2 means "taken" (or "use gshare").
-struct Counters(Vec<u8>);
+pub struct Counters(Vec<u8>);
 
 impl Counters {
     fn new(n: usize) -> Counters {
@@ -67,6 +68,89 @@ impl Tournament {
         self.gshare.train(g, taken);
         self.bimodal.train(b, taken);
         self.history = ((self.history << 1) | usize::from(taken)) & self.history_mask;
+    }
+}
+
+/// gshare alone: 2-bit counters indexed by the branch address XOR the
+/// global history of outcomes.
+pub struct Gshare {
+    counters: Counters,
+    history: usize,
+    history_mask: usize,
+}
+
+impl Gshare {
+    pub fn new(history_bits: u32) -> Gshare {
+        Gshare {
+            counters: Counters::new(1 << history_bits),
+            history: 0,
+            history_mask: (1 << history_bits) - 1,
+        }
+    }
+    fn index(&self, pc: u64) -> usize {
+        ((pc >> 2) as usize) ^ self.history
+    }
+    pub fn predict(&self, pc: u64) -> bool {
+        self.counters.get(self.index(pc))
+    }
+    pub fn update(&mut self, pc: u64, taken: bool) {
+        self.counters.train(self.index(pc), taken);
+        self.history = ((self.history << 1) | usize::from(taken)) & self.history_mask;
+    }
+}
+
+/// The direction predictor the model uses (`predictor` in timing.conf).
+pub enum Predictor {
+    Tournament(Tournament),
+    Gshare(Gshare),
+    /// One 2-bit counter per branch address (no history).
+    Bimodal(Counters),
+    /// Knows every outcome: never mispredicts a direction, and (in the
+    /// model) never a target of an indirect branch or a return.
+    Perfect,
+}
+
+impl Predictor {
+    pub fn new(kind: super::PredictorKind, c: &super::Config) -> Predictor {
+        use super::PredictorKind as K;
+        match kind {
+            K::Tournament => Predictor::Tournament(Tournament::new(
+                c.gshare_history_bits,
+                c.bimodal_entries,
+                c.chooser_entries,
+            )),
+            K::Gshare => Predictor::Gshare(Gshare::new(c.gshare_history_bits)),
+            K::Bimodal => Predictor::Bimodal(Counters::new(c.bimodal_entries as usize)),
+            K::Perfect => Predictor::Perfect,
+        }
+    }
+
+    pub fn is_perfect(&self) -> bool {
+        matches!(self, Predictor::Perfect)
+    }
+
+    /// The prediction for the branch at `pc`, then training with its
+    /// outcome `taken`.
+    pub fn predict_and_update(&mut self, pc: u64, taken: bool) -> bool {
+        match self {
+            Predictor::Tournament(t) => {
+                let p = t.predict(pc);
+                t.update(pc, taken);
+                p
+            }
+            Predictor::Gshare(g) => {
+                let p = g.predict(pc);
+                g.update(pc, taken);
+                p
+            }
+            Predictor::Bimodal(b) => {
+                let i = (pc >> 2) as usize;
+                let p = b.get(i);
+                b.train(i, taken);
+                p
+            }
+            Predictor::Perfect => taken,
+        }
     }
 }
 
@@ -205,6 +289,53 @@ mod tests {
             wrong < 20,
             "{wrong} mispredictions of an alternating branch"
         );
+    }
+
+    /// Mispredictions of `kind` over the second half of 4000 outcomes of
+    /// one branch.
+    fn late_misses(
+        kind: crate::timing::PredictorKind,
+        mut outcome: impl FnMut(u64) -> bool,
+    ) -> u32 {
+        let c = crate::timing::Config {
+            gshare_history_bits: 12,
+            bimodal_entries: 1024,
+            chooser_entries: 1024,
+            ..Default::default()
+        };
+        let mut p = Predictor::new(kind, &c);
+        let mut wrong = 0;
+        for i in 0..4000 {
+            let taken = outcome(i);
+            if p.predict_and_update(0x400100, taken) != taken && i >= 2000 {
+                wrong += 1;
+            }
+        }
+        wrong
+    }
+
+    #[test]
+    fn gshare_learns_what_bimodal_cannot_and_perfect_never_misses() {
+        use crate::timing::PredictorKind as K;
+        let alternating = |i: u64| i % 2 == 0;
+        let biased = |i: u64| i % 10 != 0;
+        assert!(late_misses(K::Gshare, alternating) < 20);
+        assert!(late_misses(K::Tournament, alternating) < 20);
+        // A 2-bit counter on T, N, T, N … is wrong every time.
+        assert!(late_misses(K::Bimodal, alternating) > 1900);
+        // A biased branch: bimodal misses the 10% exceptions only.
+        let b = late_misses(K::Bimodal, biased);
+        assert!((150..=250).contains(&b), "{b}");
+        let mut x = 0x9E37_79B9u64;
+        let random = move |_: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 63 == 1
+        };
+        assert!(late_misses(K::Gshare, random) > 600);
+        assert_eq!(late_misses(K::Perfect, random), 0);
+        assert_eq!(late_misses(K::Perfect, alternating), 0);
     }
 
     #[test]

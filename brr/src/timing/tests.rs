@@ -160,3 +160,105 @@ fn a_counter_in_memory_serialises_and_independent_counters_do_not() {
     assert!(chain >= 4.5, "{chain} cycles per dependent decrement");
     assert!(spread < 1.5, "{spread} cycles per independent decrement");
 }
+
+/// Random jcc outcomes, plus an indirect call whose target changes and its
+/// return, under the predictor `kind`.
+fn random_branches(kind: PredictorKind) -> Report {
+    let cfg = Config {
+        predictor: kind,
+        ..Config::default()
+    };
+    let mut m = Model::new(&cfg);
+    let mut x = 0x2545_f491u64;
+    for i in 0..20_000u64 {
+        alu_stream(&mut m, 8);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        branch(&mut m, 0x2000, x & 1 == 1, BranchKind::Conditional);
+        // call *%rax (ff d0) to one of two targets, then ret (c3).
+        let target = 0x5000 + (x >> 1 & 1) * 0x100;
+        let call = Retired {
+            ip: 0x2100,
+            len: 2,
+            kind: BranchKind::IndirectCall,
+            taken: true,
+            target,
+            ..Retired::default()
+        };
+        m.retire(&call, &decode(&[0xff, 0xd0], 0x2100));
+        // Every 64th return goes somewhere the RAS does not hold.
+        let back = if i % 64 == 0 { 0x7000 } else { 0x2102 };
+        let ret = Retired {
+            ip: target,
+            len: 1,
+            kind: BranchKind::Return,
+            taken: true,
+            target: back,
+            ..Retired::default()
+        };
+        m.retire(&ret, &decode(&[0xc3], target));
+    }
+    m.report()
+}
+
+#[test]
+fn the_perfect_predictor_never_mispredicts_and_is_faster() {
+    let tournament = random_branches(PredictorKind::Tournament);
+    let perfect = random_branches(PredictorKind::Perfect);
+    assert_eq!(perfect.predictor, "perfect");
+    assert_eq!(perfect.mispredictions(), 0);
+    assert_eq!(perfect.mpki(), 0.0);
+    assert_eq!(perfect.instructions, tournament.instructions);
+    // Half the jcc, about half the indirect calls, every 64th return.
+    assert!(tournament.mpki() > 50.0, "{}", tournament.mpki());
+    let saved = tournament.cycles as f64 - perfect.cycles as f64;
+    let per = saved / tournament.mispredictions() as f64;
+    assert!((8.0..14.0).contains(&per), "{per} cycles per misprediction");
+    // The other predictors are in between: they do mispredict here.
+    for k in [PredictorKind::Gshare, PredictorKind::Bimodal] {
+        let r = random_branches(k);
+        assert!(r.mpki() > 50.0 && r.cycles > perfect.cycles, "{k:?}");
+    }
+}
+
+#[test]
+fn btb_and_l1i_misses_are_counted() {
+    // Direct jumps at `n` addresses 321 bytes apart (one per cache line,
+    // spread over the sets), visited round robin: they
+    // fit the 1024-entry BTB when few, and thrash it (and the L1I) when
+    // they are more than its entries or the cache's lines.
+    let run = |n: u64| {
+        let mut m = Model::new(&Config::default());
+        for _ in 0..4 {
+            for j in 0..n {
+                let ip = 0x10_0000 + j * 321;
+                let r = Retired {
+                    ip,
+                    len: 2,
+                    kind: BranchKind::DirectJump,
+                    taken: true,
+                    target: ip + 4096,
+                    ..Retired::default()
+                };
+                // jmp +0x7e (eb 7e): only its decoding matters here.
+                m.retire(&r, &decode(&[0xeb, 0x7e], ip));
+            }
+        }
+        m.report()
+    };
+    let few = run(64);
+    assert_eq!(few.btb.0, 4 * 64);
+    assert_eq!(few.btb.1, 64, "only the first round misses");
+    assert_eq!(few.l1i.1, 64);
+    let many = run(4096);
+    assert_eq!(
+        many.btb.1, many.btb.0,
+        "4096 targets thrash a 1024-entry BTB"
+    );
+    assert_eq!(many.l1i.1, many.l1i.0, "4096 lines thrash a 512-line L1I");
+    assert!(many.btb_mpki() > 900.0);
+    let text = many.to_text();
+    assert!(text.contains("BTB: lookups 16384 misses 16384"), "{text}");
+    assert!(text.contains("predictor: tournament"), "{text}");
+}
