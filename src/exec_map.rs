@@ -13,7 +13,7 @@
 //! handler) announces itself in the current copy's reader count, checks
 //! the index did not move meanwhile, reads, and leaves. It never waits for
 //! a writer: when the index keeps moving under it ([`READ_TRIES`] times in
-//! a row) it gives up, counted in `gave_up`, and the lookup answers "not
+//! a row) it gives up, counted in `host::HOST.exec_map_lookups_given_up`, and the lookup answers "not
 //! known" (the trace ends early, never wrong). A reader holds its count
 //! for a few loads of a fixed array and cannot fault or be interrupted
 //! there (the handler blocks every asynchronous signal), so the writer's
@@ -24,7 +24,7 @@
 //! generation also sees the table it belongs to.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// Executable ranges the table holds; extra mappings are left out (their
 /// code then counts as `outside_mappings`).
@@ -102,11 +102,6 @@ pub struct ExecMap {
     current: AtomicUsize,
     generation: AtomicU32,
     writer: AtomicBool,
-    /// Lookups that gave up because the table kept changing under them.
-    pub gave_up: AtomicU64,
-    /// Code reads the table allowed that faulted: the mapping was gone
-    /// (a dlclose, munmap or mprotect the worker has not seen yet).
-    pub code_unreadable: AtomicU64,
     /// Set (and the worker woken) when a trace ended outside the known
     /// mappings: code may have been loaded since the last refresh.
     refresh_wanted: AtomicU32,
@@ -131,8 +126,6 @@ impl ExecMap {
             current: AtomicUsize::new(0),
             generation: AtomicU32::new(1),
             writer: AtomicBool::new(false),
-            gave_up: AtomicU64::new(0),
-            code_unreadable: AtomicU64::new(0),
             refresh_wanted: AtomicU32::new(0),
         }
     }
@@ -194,7 +187,7 @@ impl ExecMap {
             }
             self.readers[i].fetch_sub(1, Ordering::Release);
         }
-        self.gave_up.fetch_add(1, Ordering::Relaxed);
+        crate::host::bump(&crate::host::HOST.exec_map_lookups_given_up);
         None
     }
 
@@ -252,13 +245,13 @@ impl ExecMap {
     /// longer than what is left of it) through fault-safe loads; returns
     /// how many bytes were read. None at all means the mapping is gone (a
     /// dlclose, munmap or mprotect since the last refresh): that is counted
-    /// in `code_unreadable`, and the worker is asked to refresh the table.
+    /// in `host::HOST.code_unreadable`, and the worker is asked to refresh the table.
     /// Async-signal-safe, for the handlers of a session (the fault handler
     /// that makes the loads safe is installed then).
     pub fn read_code(&self, addr: u64, out: &mut [u8]) -> usize {
         let got = crate::sys::probe::read_bytes(addr, out);
         if got == 0 && !out.is_empty() {
-            self.code_unreadable.fetch_add(1, Ordering::Relaxed);
+            crate::host::bump(&crate::host::HOST.code_unreadable);
             self.request_refresh();
         }
         got

@@ -12,7 +12,8 @@
 //!
 //! - `sys` (the only syscalls, ioctls and sigaction; fault-safe loads),
 //!   `sync` (spin locks a fork child can reset, the fork guard), `panic`
-//!   (the library never unwinds into its host);
+//!   (the library never unwinds into its host), `host` (what it met of
+//!   its host: process-wide counters);
 //! - `modules` (/proc/self/maps, ELF facts), `exec_map` (the handlers'
 //!   table of code, rseq and immutable ranges), `buffer` (branch entries,
 //!   trace ends, the preallocated trace buffers and their queues);
@@ -30,6 +31,7 @@ pub mod control;
 pub mod decode;
 pub mod emulate;
 pub mod exec_map;
+pub mod host;
 pub mod modules;
 pub mod output;
 pub mod panic;

@@ -11,6 +11,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("sys", 0),
     ("sync", 0),
     ("panic", 0),
+    ("host", 0),
     ("modules", 1),
     ("exec_map", 1),
     ("buffer", 1),

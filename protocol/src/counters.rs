@@ -103,7 +103,7 @@ macro_rules! for_each_counter {
             /// per-thread decoded-instruction cache missed).
             emulation_decodes: Count,
             /// Emulate mode: segments that completed the trace reading only
-            /// memory no other thread can change (the data-flow rules), so
+            /// memory no other thread can change (see `emulate::Segment::proven`), so
             /// exact with no checkpoint.
             segments_proven: Count,
             /// Emulate mode: taken branches of proven segments (with
@@ -335,37 +335,64 @@ reasons! {
     HandlerAbandoned => handler_abandoned,
 }
 
-/// What the library met of its host program and survived.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Host {
-    /// Handlers left half-way by an application's longjmp, taken back by
-    /// the thread's next handler.
-    pub handlers_abandoned: u64,
-    /// Slots a closer gave up waiting for (a handler still running, or
-    /// abandoned, after the wait).
-    pub slots_busy_at_stop: u64,
-    /// Stuck slots whose sampling the worker re-armed.
-    pub stuck_slots_poked: u64,
-    /// Threads that closed their own slot as they ended.
-    pub threads_exited: u64,
-    /// Slots of threads that ended without closing them, closed by the
-    /// worker's sweep.
-    pub threads_gone: u64,
-    /// Lookups in the handler's mapping table that gave up while it was
-    /// being replaced.
-    pub exec_map_lookups_given_up: u64,
-    /// Code reads in a mapping the table listed that faulted: the code was
-    /// unmapped or protected since the table's last refresh; the trace
-    /// ended there (`outside_mappings`) instead of faulting in the handler.
-    pub code_unreadable: u64,
-    /// Breakpoint events replaced after a hit delivered late (the thread
-    /// had SIGTRAP blocked) or an abandoned handler.
-    pub breakpoints_renewed: u64,
-    /// Debug exceptions at the tracer's breakpoint that the kernel could
-    /// not attribute, dropped instead of passed to the application.
-    pub stray_debug_traps: u64,
+/// Calls `$callback! { $(#[doc] name: source,)* }` with every counter of
+/// what the library met of its host program and survived: the one list
+/// [`Host`] (summary.json's `host`) and the library's process-wide atomic
+/// counters are generated from. `source` says where a counter is kept:
+/// `process` (one atomic for the process, reset at each session's start)
+/// or `thread` (the per-thread counter of the same name in
+/// [`for_each_counter!`], summed over threads).
+#[macro_export]
+macro_rules! for_each_host_counter {
+    ($($callback:tt)*) => {
+        $($callback)*! {
+            /// Handlers left half-way by an application's longjmp, taken
+            /// back by the thread's next handler.
+            handlers_abandoned: thread,
+            /// Slots a closer gave up waiting for (a handler still running,
+            /// or abandoned, after the wait).
+            slots_busy_at_stop: process,
+            /// Stuck slots whose sampling the worker re-armed, so that the
+            /// thread's next handler takes the slot back.
+            stuck_slots_poked: process,
+            /// Threads that closed their own slot as they ended (return,
+            /// pthread_exit, cancellation).
+            threads_exited: process,
+            /// Slots of threads that ended without closing them (threads
+            /// the session found running at start), closed by the worker's
+            /// sweep.
+            threads_gone: process,
+            /// Lookups in the handler's mapping table that gave up while it
+            /// was being replaced.
+            exec_map_lookups_given_up: process,
+            /// Code reads in a mapping the table listed that faulted: the
+            /// code was unmapped or protected since the table's last
+            /// refresh; the trace ended there (`outside_mappings`) instead
+            /// of faulting in the handler.
+            code_unreadable: process,
+            /// Breakpoint events replaced after a hit delivered late (the
+            /// thread had SIGTRAP blocked) or an abandoned handler.
+            breakpoints_renewed: thread,
+            /// Debug exceptions at the tracer's breakpoint that the kernel
+            /// could not attribute, dropped instead of passed to the
+            /// application.
+            stray_debug_traps: thread,
+        }
+    };
 }
+
+macro_rules! define_host {
+    ($($(#[doc = $doc:literal])* $name:ident: $source:ident,)*) => {
+        /// What the library met of its host program and survived.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct Host {
+            $($(#[doc = $doc])* pub $name: u64,)*
+        }
+    };
+}
+
+for_each_host_counter!(define_host);
 
 #[cfg(test)]
 mod tests {

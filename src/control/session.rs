@@ -280,7 +280,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     let mods = traced_modules(&modules::parse_maps(&maps));
     tracer.exec.update(&layout(&mods));
     tracer.retired.reset();
-    tracer.host.reset();
+    crate::host::HOST.reset();
     tracer.table_full.store(0, Ordering::Relaxed);
     tracer.threads_registered.store(0, Ordering::Relaxed);
     tracer.lbr.store(resolved.lbr, Ordering::Relaxed);
@@ -422,7 +422,7 @@ pub fn unregister_current_thread() {
         if let Some(slot) = tracer.slot_of(sys::gettid()) {
             let closed = threads::close(tracer, slot, AbortReason::ThreadExit, Closer::Owner);
             if closed == trace::Closing::Taken {
-                tracer.host.threads_exited.fetch_add(1, Ordering::Relaxed);
+                crate::host::bump(&crate::host::HOST.threads_exited);
             }
         }
     }
@@ -519,17 +519,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
         threads: tracer.threads_registered.load(Ordering::Relaxed),
         counters,
         thread_table_full: tracer.table_full.load(Ordering::Relaxed),
-        host: output::HostReport {
-            handlers_abandoned: counters.handlers_abandoned,
-            slots_busy_at_stop: tracer.host.slots_busy_at_stop.load(Ordering::Relaxed),
-            stuck_slots_poked: tracer.host.stuck_slots_poked.load(Ordering::Relaxed),
-            threads_exited: tracer.host.threads_exited.load(Ordering::Relaxed),
-            threads_gone: tracer.host.threads_gone.load(Ordering::Relaxed),
-            exec_map_lookups_given_up: tracer.exec.gave_up.load(Ordering::Relaxed),
-            code_unreadable: tracer.exec.code_unreadable.load(Ordering::Relaxed),
-            breakpoints_renewed: counters.breakpoints_renewed,
-            stray_debug_traps: counters.stray_debug_traps,
-        },
+        host: crate::host::HOST.report(&counters),
     };
     let mut unwritten = Unwritten {
         report,

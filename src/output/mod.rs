@@ -38,12 +38,8 @@ pub struct SessionReport {
     pub threads: u64,
     pub counters: CounterValues,
     pub thread_table_full: u64,
-    pub host: HostReport,
+    pub host: breakdance_protocol::Host,
 }
-
-/// What the library met of its host program and survived: summary.json's
-/// `host` object (the protocol crate's `Host`).
-pub use breakdance_protocol::Host as HostReport;
 
 /// File names for a module's profiles: its basename, made unique when two
 /// modules share one.

@@ -401,44 +401,12 @@ pub struct Tracer {
     /// Incremented at every start and stop: a thread registering itself
     /// checks it did so within one session.
     pub epoch: AtomicU64,
-    /// What the library survived of its host; see [`HostCounters`].
-    pub host: HostCounters,
     /// Serialises claims of slots (a probe and a store: held for
     /// microseconds, never in a handler).
     claim_lock: SpinLock<()>,
     /// Held to close a slot's descriptors and to re-arm a stuck slot's
     /// sampling through its raw descriptor (never in a handler).
     fd_lock: SpinLock<()>,
-}
-
-/// Events of the host program the library met and survived, for
-/// summary.json. Session-wide, reset at start.
-#[derive(Default)]
-pub struct HostCounters {
-    /// Slots a closer gave up on after [`CLOSE_WAIT`].
-    pub slots_busy_at_stop: AtomicU64,
-    /// Stuck `BUSY` slots whose sampling the sweep re-armed, so that the
-    /// thread's next handler takes the slot back.
-    pub stuck_slots_poked: AtomicU64,
-    /// Slots of threads that ended without closing them (threads the
-    /// session found running at start), closed by the sweep.
-    pub threads_gone: AtomicU64,
-    /// Threads that closed their own slot as they ended (return,
-    /// pthread_exit, cancellation).
-    pub threads_exited: AtomicU64,
-}
-
-impl HostCounters {
-    pub fn reset(&self) {
-        for c in [
-            &self.slots_busy_at_stop,
-            &self.stuck_slots_poked,
-            &self.threads_gone,
-            &self.threads_exited,
-        ] {
-            c.store(0, Ordering::Relaxed);
-        }
-    }
 }
 
 static TRACER: OnceLock<Tracer> = OnceLock::new();
@@ -460,7 +428,6 @@ pub fn tracer_or_init() -> &'static Tracer {
         table_full: Default::default(),
         threads_registered: Default::default(),
         epoch: AtomicU64::new(0),
-        host: HostCounters::default(),
         claim_lock: SpinLock::new(()),
         fd_lock: SpinLock::new(()),
     })
@@ -577,7 +544,7 @@ pub fn forget_parent_threads(tracer: &Tracer) {
         let _ = tracer.pool.free.push(b);
     }
     tracer.retired.reset();
-    tracer.host.reset();
+    crate::host::HOST.reset();
 }
 
 #[cfg(test)]

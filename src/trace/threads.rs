@@ -184,10 +184,7 @@ pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Cl
     match taken {
         Closing::Taken => {}
         Closing::Stuck => {
-            tracer
-                .host
-                .slots_busy_at_stop
-                .fetch_add(1, Ordering::Relaxed);
+            crate::host::bump(&crate::host::HOST.slots_busy_at_stop);
             return taken;
         }
         Closing::NotOpen => return taken,
@@ -257,7 +254,7 @@ pub fn sweep(tracer: &Tracer) {
         }
         if !sys::thread_alive(tid) {
             if close(tracer, slot, AbortReason::ThreadExit, Closer::Owner) == Closing::Taken {
-                tracer.host.threads_gone.fetch_add(1, Ordering::Relaxed);
+                crate::host::bump(&crate::host::HOST.threads_gone);
             }
             continue;
         }
@@ -280,10 +277,7 @@ pub fn sweep(tracer: &Tracer) {
             let raw = slot.sample_fd.load(Ordering::Relaxed);
             if slot.state.load(Ordering::Acquire) == BUSY && slot.tid() == tid && raw >= 0 {
                 let _ = sys::perf_refresh(raw, 1);
-                tracer
-                    .host
-                    .stuck_slots_poked
-                    .fetch_add(1, Ordering::Relaxed);
+                crate::host::bump(&crate::host::HOST.stuck_slots_poked);
             }
         });
     }
