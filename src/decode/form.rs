@@ -53,29 +53,11 @@ pub enum Condition {
     G,
 }
 
-const CF: u64 = 1 << 0;
-const PF: u64 = 1 << 2;
-const ZF: u64 = 1 << 6;
-const SF: u64 = 1 << 7;
-const OF: u64 = 1 << 11;
-
 impl Condition {
-    /// Whether the condition holds for `flags` (Intel SDM Vol. 2, Jcc table).
+    /// Whether the condition holds for `flags`: x86-sem's rule
+    /// (`x86_sem::condition_holds`), the one the emulator runs.
     pub fn holds(self, flags: u64) -> bool {
-        let set = |bit| flags & bit != 0;
-        let base = self as u8 & !1;
-        let value = match base {
-            0 => set(OF),
-            2 => set(CF),
-            4 => set(ZF),
-            6 => set(CF) || set(ZF),
-            8 => set(SF),
-            10 => set(PF),
-            12 => set(SF) != set(OF),
-            _ => set(ZF) || (set(SF) != set(OF)),
-        };
-        // Odd codes are the negations of the even ones.
-        value != (self as u8 & 1 == 1)
+        x86_sem::condition_holds(self as u8, flags)
     }
 
     pub fn from_code(code: u8) -> Condition {
@@ -108,16 +90,13 @@ pub enum Target {
     Const(u64),
     /// The value of a register.
     Reg(Gpr),
-    /// A load of `size` bytes from `base + index * scale + disp` (base and
-    /// index absent when `None`; RIP-relative addresses are folded into
-    /// `disp` at decode time). `addr32` truncates the address to 32 bits.
+    /// A load of `size` bytes from the memory operand, whose address
+    /// x86-sem computes (`MemOperand::offset`: base + index·scale + disp,
+    /// RIP-relative addresses folded in, 32 bits wide under 0x67). Never
+    /// one with an fs or gs base: the ucontext does not hold them.
     Load {
-        base: Option<Gpr>,
-        index: Option<Gpr>,
-        scale: u8,
-        disp: u64,
+        operand: x86_sem::MemOperand,
         size: u8,
-        addr32: bool,
     },
 }
 
@@ -182,28 +161,10 @@ pub(crate) const DIVERGING_SYSCALLS: [u64; 9] = [
 impl Target {
     /// The address a `Load` target reads, for `regs`.
     pub fn load_address(&self, regs: &impl RegisterFile) -> Option<(u64, u8)> {
-        let Target::Load {
-            base,
-            index,
-            scale,
-            disp,
-            size,
-            addr32,
-        } = *self
-        else {
+        let Target::Load { operand, size } = *self else {
             return None;
         };
-        let mut addr = disp;
-        if let Some(b) = base {
-            addr = addr.wrapping_add(regs.gpr(b));
-        }
-        if let Some(i) = index {
-            addr = addr.wrapping_add(regs.gpr(i).wrapping_mul(scale as u64));
-        }
-        if addr32 {
-            addr &= 0xffff_ffff;
-        }
-        Some((addr, size))
+        Some((operand.offset(|n| regs.gpr(n as Gpr)), size))
     }
 }
 
@@ -241,7 +202,7 @@ impl BranchForm {
             BranchKind::Loop { zf, ecx } => {
                 let rcx = regs.gpr(RCX).wrapping_sub(1);
                 let nonzero = if ecx { rcx as u32 != 0 } else { rcx != 0 };
-                let zf_ok = zf.is_none_or(|want| (flags & ZF != 0) == want);
+                let zf_ok = zf.is_none_or(|want| (flags & x86_sem::flag::ZF != 0) == want);
                 cond(nonzero && zf_ok)
             }
             BranchKind::Jmp => Outcome::Continue {
@@ -277,6 +238,7 @@ impl BranchForm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use x86_sem::flag::{CF, OF, PF, SF, ZF};
 
     struct Regs {
         gpr: [u64; 16],
@@ -382,12 +344,15 @@ mod tests {
             fall_through: 0x1007,
             kind: BranchKind::Jmp,
             target: Target::Load {
-                base: Some(0),
-                index: Some(1),
-                scale: 8,
-                disp: 0x10,
+                operand: x86_sem::MemOperand {
+                    base: Some(0),
+                    index: Some(1),
+                    scale_log2: 3,
+                    disp: 0x10,
+                    addr32: false,
+                    segment: x86_sem::SegmentBase::None,
+                },
                 size: 8,
-                addr32: false,
             },
         };
         assert_eq!(

@@ -232,31 +232,10 @@ fn indirect_target(insn: &Instruction) -> Option<Target> {
             if size != 8 {
                 return None;
             }
-            if insn.is_ip_rel_memory_operand() {
-                return Some(Target::Load {
-                    base: None,
-                    index: None,
-                    scale: 1,
-                    disp: insn.ip_rel_memory_address(),
-                    size: 8,
-                    addr32: false,
-                });
-            }
-            let reg = |r: Register| -> Option<Option<u8>> {
-                if r == Register::None {
-                    Some(None)
-                } else {
-                    gpr_number(r).map(Some)
-                }
-            };
-            Some(Target::Load {
-                base: reg(insn.memory_base())?,
-                index: reg(insn.memory_index())?,
-                scale: insn.memory_index_scale() as u8,
-                disp: insn.memory_displacement64(),
-                size: 8,
-                addr32: insn.memory_base().is_gpr32() || insn.memory_index().is_gpr32(),
-            })
+            // x86-sem's reading of the operand (base, index, scale,
+            // RIP-relative folding, 0x67 address size): the emulator's.
+            let operand = x86_sem::MemOperand::of(insn)?;
+            Some(Target::Load { operand, size: 8 })
         }
         _ => None,
     }

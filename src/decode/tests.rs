@@ -68,12 +68,15 @@ fn indirect_jmp_through_a_table() {
     assert_eq!(
         f.target,
         Target::Load {
-            base: Some(0),
-            index: Some(1),
-            scale: 8,
-            disp: 0x20,
+            operand: x86_sem::MemOperand {
+                base: Some(0),
+                index: Some(1),
+                scale_log2: 3,
+                disp: 0x20,
+                addr32: false,
+                segment: x86_sem::SegmentBase::None,
+            },
             size: 8,
-            addr32: false
         }
     );
     // jmp qword ptr [rip + 0x100]: folded to an absolute load
@@ -81,14 +84,51 @@ fn indirect_jmp_through_a_table() {
     assert_eq!(
         f.target,
         Target::Load {
-            base: None,
-            index: None,
-            scale: 1,
-            disp: 0x1106,
+            operand: x86_sem::MemOperand {
+                base: None,
+                index: None,
+                scale_log2: 0,
+                disp: 0x1106,
+                addr32: false,
+                segment: x86_sem::SegmentBase::None,
+            },
             size: 8,
-            addr32: false
         }
     );
+}
+
+/// Registers for `load_address`: rax and rcx as given, the rest 0.
+struct Two(u64, u64);
+
+impl crate::decode::RegisterFile for Two {
+    fn gpr(&self, reg: crate::decode::Gpr) -> u64 {
+        match reg {
+            0 => self.0,
+            1 => self.1,
+            _ => 0,
+        }
+    }
+    fn rip(&self) -> u64 {
+        0
+    }
+    fn rflags(&self) -> u64 {
+        0
+    }
+}
+
+#[test]
+fn a_32_bit_address_wraps_at_4_gib_as_the_cpu_computes_it() {
+    // jmp qword ptr [eax + ecx*8 + 0x10] (0x67): the upper halves of rax
+    // and rcx play no part, and the sum wraps at 4 GiB.
+    let f = form(segment(&[0x67, 0xff, 0x64, 0xc8, 0x10]));
+    let regs = Two(0xdead_beef_ffff_fff0, 0x1234_5678_0000_0001);
+    assert_eq!(f.target.load_address(&regs), Some((0x0000_0008, 8)));
+    // Without 0x67, the full 64-bit sum.
+    let f = form(segment(&[0xff, 0x64, 0xc8, 0x10]));
+    let full = 0xdead_beef_ffff_fff0u64
+        .wrapping_add(0x1234_5678_0000_0001u64.wrapping_mul(8))
+        .wrapping_add(0x10);
+    assert_eq!(f.target.load_address(&regs), Some((full, 8)));
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! an exact state, with the registers just before it, for the handler to
 //! check one by one at real stops.
 
-use x86_sem::{BranchKind, CpuState};
+use x86_sem::{BranchKind, CpuState, GprsAndFlags};
 
 use super::{table, Emulator, MAX_SEGMENT_INSTRUCTIONS};
 
@@ -49,11 +49,9 @@ pub struct Prediction {
     /// Where the emulation says it goes.
     pub next: u64,
     pub taken: bool,
-    /// Registers just before it.
-    pub gpr: [u64; 16],
-    pub rflags: u64,
-    /// Flags the emulation does not know there.
-    pub undefined: u64,
+    /// Registers just before it (and the flags the emulation does not
+    /// know there).
+    pub registers: GprsAndFlags,
 }
 
 impl Prediction {
@@ -62,18 +60,19 @@ impl Prediction {
             at: regs.rip,
             next: 0,
             taken: false,
-            gpr: regs.gpr,
-            rflags: regs.rflags,
-            undefined: regs.undefined,
+            registers: GprsAndFlags {
+                gpr: regs.gpr,
+                rflags: regs.rflags,
+                undefined: regs.undefined,
+            },
         }
     }
 
     /// Whether the real registers at the transfer are the predicted ones
     /// (general-purpose registers and the status flags the emulation
-    /// defines).
+    /// defines: x86-sem's comparison, the one a checkpoint makes first).
     pub fn registers_match(&self, gpr: &[u64; 16], rflags: u64) -> bool {
-        let status = x86_sem::flag::STATUS & !self.undefined;
-        *gpr == self.gpr && (rflags ^ self.rflags) & status == 0
+        self.registers.first_difference(gpr, rflags).is_none()
     }
 }
 

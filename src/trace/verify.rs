@@ -95,7 +95,7 @@ impl Witness for Verify {
     /// walk's own estimate may be only near, after an alloca).
     fn expected_sp(&self, t: &ThreadTrace, at: u64, walk_sp: StackPointer) -> StackPointer {
         match t.predictions.as_ref().and_then(|p| p.peek()) {
-            Some(p) if p.at == at => StackPointer::Exact(p.gpr[4]),
+            Some(p) if p.at == at => StackPointer::Exact(p.registers.gpr[4]),
             _ => walk_sp,
         }
     }

@@ -3,6 +3,8 @@
 
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, OpKind, Register};
 
+use crate::address::MemOperand;
+
 /// Operand slot values (`Insn::op`): 0–15 a general-purpose register,
 /// [`HIGH8`]+0..3 ah/ch/dh/bh, [`VEC`]+n a vector register, [`KREG`]+n a
 /// mask register, [`ST`]+i the x87 register ST(i), [`MEM`] the memory operand, [`IMM`] the immediate (or
@@ -141,27 +143,14 @@ impl Insn {
             };
         }
         if insn.op.contains(&MEM) {
-            let base = instr.memory_base();
-            let index = instr.memory_index();
-            if base == Register::RIP || base == Register::EIP {
-                // iced gives the absolute target, already wrapped to 32
-                // bits for EIP.
-                insn.disp = instr.memory_displacement64();
-            } else {
-                insn.disp = instr.memory_displacement64();
-                insn.base = gpr_number(base);
+            // The one reading of a memory operand (crate::address).
+            if let Some(m) = MemOperand::of(&instr) {
+                insn.base = m.base.unwrap_or(NONE);
+                insn.index = m.index.unwrap_or(NONE);
+                insn.scale = m.scale_log2;
+                insn.disp = m.disp;
+                insn.addr32 = m.addr32;
             }
-            insn.index = gpr_number(index);
-            insn.scale = instr.memory_index_scale().trailing_zeros() as u8;
-            // The address size: 32 bits when a register in the address is
-            // 32-bit, or, with neither, when the displacement is the 0x67
-            // form (iced sizes it 4 instead of 8).
-            insn.addr32 = base.is_gpr32()
-                || base == Register::EIP
-                || index.is_gpr32()
-                || (base == Register::None
-                    && index == Register::None
-                    && instr.memory_displ_size() == 4);
         }
         if instr.op_mask() != Register::None {
             insn.kmask = instr.op_mask().number() as u8;
@@ -240,15 +229,6 @@ fn register_slot(r: Register) -> u8 {
         _ if r.is_k() => KREG + r.number() as u8,
         _ if r.is_st() => ST + r.number() as u8,
         _ => NONE,
-    }
-}
-
-/// The number of a general-purpose register used in an address, or NONE.
-fn gpr_number(r: Register) -> u8 {
-    if r.is_gpr64() || r.is_gpr32() {
-        r.full_register().number() as u8
-    } else {
-        NONE
     }
 }
 

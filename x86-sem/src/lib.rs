@@ -87,6 +87,7 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+mod address;
 mod cache;
 mod flags;
 mod float;
@@ -98,11 +99,14 @@ mod regs;
 mod step;
 mod table;
 
+pub use address::{condition_holds, MemOperand, SegmentBase};
 pub use cache::{CacheSizeError, DecodeCache};
 pub use insn::Insn;
 pub use mem::{MemError, Memory, NoMemory};
 pub use model::{xcr0, Addr32Rep, BitScanZero, CpuModel, Quirks, Vendor};
-pub use regs::{flag, gpr, CpuState, Difference, Registers, F80, MXCSR_DEFAULT, MXCSR_UNSET, X87};
+pub use regs::{
+    flag, gpr, CpuState, Difference, GprsAndFlags, Registers, F80, MXCSR_DEFAULT, MXCSR_UNSET, X87,
+};
 pub use step::{step, step_into, BranchKind, Cpu, Machine, Retired, Stop};
 pub use table::{Handler, Table, CODE_COUNT};
 

@@ -283,6 +283,32 @@ pub enum Difference {
     X87Control,
 }
 
+/// The general-purpose registers and status flags of a predicted state:
+/// what a prediction of one transfer keeps (the tracer's verify mode), and
+/// the first part [`CpuState::first_difference`] compares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GprsAndFlags {
+    /// rax … r15.
+    pub gpr: [u64; 16],
+    /// RFLAGS.
+    pub rflags: u64,
+    /// Status flags the prediction leaves undefined (not compared).
+    pub undefined: u64,
+}
+
+impl GprsAndFlags {
+    /// The first general register, then the status flags the prediction
+    /// defines, in which `actual` differs; `None` when they agree.
+    #[must_use]
+    pub fn first_difference(&self, gpr: &[u64; 16], rflags: u64) -> Option<Difference> {
+        if let Some(n) = (0..16).find(|&n| self.gpr[n] != gpr[n]) {
+            return Some(Difference::Gpr(n));
+        }
+        let status = (self.rflags ^ rflags) & flag::STATUS & !self.undefined;
+        (status != 0).then_some(Difference::Flags(status))
+    }
+}
+
 impl CpuState {
     /// A state with every register zero, RFLAGS at its reset value (bit 1
     /// and IF set), and MXCSR and the x87 unit unset ([`MXCSR_UNSET`],
@@ -311,15 +337,16 @@ impl CpuState {
     /// it in signal frames). `None` when they agree.
     #[must_use]
     pub fn first_difference(&self, actual: &CpuState) -> Option<Difference> {
-        if let Some(n) = (0..16).find(|&n| self.gpr[n] != actual.gpr[n]) {
-            return Some(Difference::Gpr(n));
+        let core = GprsAndFlags {
+            gpr: self.gpr,
+            rflags: self.rflags,
+            undefined: self.undefined,
+        };
+        if let Some(d) = core.first_difference(&actual.gpr, actual.rflags) {
+            return Some(d);
         }
         if self.rip != actual.rip {
             return Some(Difference::Rip);
-        }
-        let status = (self.rflags ^ actual.rflags) & flag::STATUS & !self.undefined;
-        if status != 0 {
-            return Some(Difference::Flags(status));
         }
         let control = (self.rflags ^ actual.rflags) & !flag::STATUS & !flag::RF;
         if control != 0 {

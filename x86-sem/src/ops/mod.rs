@@ -53,17 +53,7 @@ pub(crate) fn unsupported<X: Machine>(x: &mut X, i: &Insn, _r: &mut Retired) -> 
 #[inline(always)]
 pub(crate) fn offset<X: Machine>(x: &X, i: &Insn) -> u64 {
     let r = x.regs();
-    let mut a = i.disp;
-    if i.base < 16 {
-        a = a.wrapping_add(r.gpr(usize::from(i.base)));
-    }
-    if i.index < 16 {
-        a = a.wrapping_add(r.gpr(usize::from(i.index)) << i.scale);
-    }
-    if i.addr32 {
-        a &= 0xffff_ffff;
-    }
-    a
+    crate::address::offset(i.base, i.index, i.scale, i.disp, i.addr32, |n| r.gpr(n))
 }
 
 /// Adds the fs or gs base of the instruction's segment prefix.
