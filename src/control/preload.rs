@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use crate::sys;
-use crate::trace::chain;
+use crate::trace::{chain, threads};
 
 use super::config::Options;
 use super::socket_path::{self, BindError, SocketDirError, SocketPlace};
@@ -71,7 +71,7 @@ fn start_control_thread() {
                     .name("breakdance-ctl".into())
                     .stack_size(256 * 1024)
                     .spawn(move || {
-                        session::mark_own_thread();
+                        threads::mark_own_thread();
                         let _ = ready_tx.send(());
                         socket::serve(listener)
                     })
@@ -248,7 +248,7 @@ fn thread_exit_key() -> libc::pthread_key_t {
 }
 
 unsafe extern "C" fn thread_ending(_value: *mut c_void) {
-    session::unregister_current_thread();
+    threads::unregister_current_thread();
 }
 
 /// The start routine of a traced thread: registers it, arms its exit hook
@@ -262,7 +262,7 @@ extern "C-unwind" fn traced_thread(start: *mut c_void) -> *mut c_void {
     // SAFETY: made by Box::into_raw in pthread_create below, used once;
     // moving out of it frees it at the end of this statement.
     let Start { routine, arg } = *unsafe { Box::from_raw(start.cast::<Start>()) };
-    if session::register_current_thread() {
+    if threads::register_current_thread() {
         // SAFETY: a key made by thread_exit_key; any non-null value arms
         // the destructor.
         unsafe { libc::pthread_setspecific(thread_exit_key(), std::ptr::dangling::<c_void>()) };
@@ -286,7 +286,7 @@ pub unsafe extern "C" fn pthread_create(
     arg: *mut c_void,
 ) -> i32 {
     let real = real_pthread_create();
-    if !session::session_running() || session::is_own_thread(sys::gettid()) {
+    if !session::session_running() || threads::is_own_thread(sys::gettid()) {
         // SAFETY: forwarded contract.
         return unsafe { real(thread, attr, routine, arg) };
     }

@@ -2,20 +2,17 @@
 //!
 //! Two locks, both spin locks that a fork child can reset (a std Mutex held
 //! by another thread at fork time would stay locked forever in the child):
-//! `CONTROL` serialises the control operations; `REGISTRY` holds the
-//! sampling event threads created during a session register with, taken
-//! only to copy it. Registration itself runs without a lock, so that many
-//! threads starting together register in parallel; it meets start and stop
-//! through the session epoch and the `running` flag (see
-//! `register_current_thread`). Neither lock is ever taken in a handler.
+//! `CONTROL` serialises the control operations; `trace::threads` keeps the
+//! sampling event threads created during a session register with (its
+//! registry lock; see `threads::register_current_thread`). Neither lock is
+//! ever taken in a handler.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::aggregate::{self, Aggregate};
-use crate::buffer::AbortReason;
 use crate::decode;
 use crate::exec_map::MemoryLayout;
 use crate::modules::{self, Module};
@@ -23,44 +20,12 @@ use crate::output::{self, SessionReport};
 use crate::sync::{self, SpinLock};
 use crate::sys;
 use crate::trace::counters::CounterValues;
-use crate::trace::threads::{self, RegisterError, SamplingEvent};
-use crate::trace::{self, chain, handler, Closer, Tracer};
+use crate::trace::threads::{self, RegisterError};
+use crate::trace::{self, chain, handler, Tracer};
 
 use breakdance_protocol::{SessionConfig, StatusReply};
 
 use super::config::{self, Options, Resolved, StopOptions};
-
-/// Threads of the library itself, never traced.
-const MAX_OWN_THREADS: usize = 8;
-static OWN_TIDS: [AtomicI32; MAX_OWN_THREADS] = [const { AtomicI32::new(0) }; MAX_OWN_THREADS];
-
-/// Marks the calling thread as one of the library's.
-pub fn mark_own_thread() {
-    let tid = sys::gettid();
-    for slot in &OWN_TIDS {
-        if slot
-            .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            return;
-        }
-    }
-}
-
-pub fn unmark_own_thread() {
-    let tid = sys::gettid();
-    for slot in &OWN_TIDS {
-        let _ = slot.compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
-    }
-}
-
-pub fn is_own_thread(tid: i32) -> bool {
-    OWN_TIDS.iter().any(|t| t.load(Ordering::Acquire) == tid)
-}
-
-/// The sampling event while a session runs: threads created then register
-/// themselves with it.
-static REGISTRY: SpinLock<Option<SamplingEvent>> = SpinLock::new(None);
 
 struct Running {
     resolved: Resolved,
@@ -208,7 +173,7 @@ fn worker(
     mut last_maps: String,
     mut last_loads: (u64, u64),
 ) -> (Aggregate, Vec<Module>) {
-    mark_own_thread();
+    threads::mark_own_thread();
     let _ = ready.send(());
     let mut agg = Aggregate::default();
     let mut seen: Vec<Module> = Vec::new();
@@ -255,7 +220,7 @@ fn worker(
                 .wait_for_refresh_request(Duration::from_millis(5));
         }
     }
-    unmark_own_thread();
+    threads::unmark_own_thread();
     trace::counters::Counters::add(&tracer.retired.worker_ns, sys::thread_cpu_ns());
     (agg, seen)
 }
@@ -337,7 +302,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     // are registered by this thread.
     let mut registered = 0u64;
     let tids = sys::thread_ids().map_err(StartError::Proc)?;
-    for tid in tids.into_iter().filter(|t| !is_own_thread(*t)) {
+    for tid in tids.into_iter().filter(|t| !threads::is_own_thread(*t)) {
         match threads::register(tracer, tid, &resolved.sampling) {
             Ok(_) => registered += 1,
             // A thread that exited meanwhile.
@@ -354,7 +319,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
             Err(_) => {}
         }
     }
-    *REGISTRY.lock() = Some(resolved.sampling);
+    threads::open_registration(resolved.sampling);
     tracer.epoch.fetch_add(1, Ordering::SeqCst);
     tracer.running.store(true, Ordering::SeqCst);
 
@@ -376,56 +341,6 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     });
     state.unwritten = None;
     Ok(reply)
-}
-
-/// Registers the calling thread if a session runs (threads created during
-/// a session, from the pthread_create interposer). Returns whether it is
-/// traced now.
-///
-/// No lock is held while the events are opened. Against a stop, the
-/// thread's slot becomes `READY` before it reads `running` again, and stop
-/// clears `running` before it closes the slots (both sequentially
-/// consistent): either stop's close sees the slot ready, or this thread
-/// sees the session gone and closes its own slot. A stop and a new start in
-/// between move the epoch, which has the same effect.
-pub fn register_current_thread() -> bool {
-    let Some(tracer) = trace::tracer() else {
-        return false;
-    };
-    let epoch = tracer.epoch.load(Ordering::SeqCst);
-    if !tracer.running.load(Ordering::SeqCst) {
-        return false;
-    }
-    let Some(event) = *REGISTRY.lock() else {
-        return false;
-    };
-    let tid = sys::gettid();
-    // A slot under this tid is that of a thread whose tid was reused, or
-    // this thread's own from start's enumeration: either way no handler of
-    // it runs now (this thread is not in one).
-    if let Some(stale) = tracer.slot_of(tid) {
-        threads::close(tracer, stale, AbortReason::ThreadExit, Closer::Owner);
-    }
-    let Ok(Some(slot)) = threads::register(tracer, tid, &event) else {
-        return false;
-    };
-    if tracer.epoch.load(Ordering::SeqCst) != epoch || !tracer.running.load(Ordering::SeqCst) {
-        threads::close(tracer, slot, AbortReason::SessionStop, Closer::Owner);
-        return false;
-    }
-    true
-}
-
-/// Closes the calling thread's slot as it ends (its exit hook).
-pub fn unregister_current_thread() {
-    if let Some(tracer) = trace::tracer() {
-        if let Some(slot) = tracer.slot_of(sys::gettid()) {
-            let closed = threads::close(tracer, slot, AbortReason::ThreadExit, Closer::Owner);
-            if closed == trace::Closing::Taken {
-                crate::host::bump(&crate::host::HOST.threads_exited);
-            }
-        }
-    }
 }
 
 pub fn session_running() -> bool {
@@ -470,7 +385,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
         return write(state, unwritten);
     };
     let tracer = trace::tracer_or_init();
-    *REGISTRY.lock() = None;
+    threads::close_registration();
     tracer.running.store(false, Ordering::SeqCst);
     tracer.epoch.fetch_add(1, Ordering::SeqCst);
     threads::close_all(tracer);
@@ -578,16 +493,12 @@ fn uninstall_handlers() {
 /// Only system calls and stores: nothing is started here.
 pub fn reset_after_fork() {
     CONTROL.force_unlock();
-    REGISTRY.force_unlock();
+    threads::reset_registration_after_fork();
     sync::reset_fork_guard();
     chain::reset_after_fork();
-    *REGISTRY.lock() = None;
     if let Some(state) = CONTROL.lock().take() {
         // The parent's worker handle and buffers are the parent's.
         std::mem::forget(state);
-    }
-    for t in &OWN_TIDS {
-        t.store(0, Ordering::Relaxed);
     }
     if let Some(tracer) = trace::tracer() {
         tracer.running.store(false, Ordering::SeqCst);

@@ -3,12 +3,13 @@
 //! session); never in a handler.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use perf_event_open_sys::bindings as pb;
 
 use crate::buffer::{AbortReason, TraceEnd};
 use crate::decode::BlockCache;
+use crate::sync::SpinLock;
 use crate::sys::{self, Errno};
 
 use super::{
@@ -162,7 +163,7 @@ pub fn register<'t>(
     slot.sample_fd.store(raw, Ordering::Relaxed);
     // SeqCst: a thread registering itself checks `running` after this
     // store, and stop clears `running` before it reads the states, so
-    // one of the two sees the other (see session::register_current_thread).
+    // one of the two sees the other (see register_current_thread).
     slot.state.store(READY, Ordering::SeqCst);
     if slot.entries.load(Ordering::SeqCst) != entries {
         // A sample came before the slot was ready and was refused, which
@@ -280,5 +281,108 @@ pub fn sweep(tracer: &Tracer) {
                 crate::host::bump(&crate::host::HOST.stuck_slots_poked);
             }
         });
+    }
+}
+
+/// Threads of the library itself, never traced.
+const MAX_OWN_THREADS: usize = 8;
+static OWN_TIDS: [AtomicI32; MAX_OWN_THREADS] = [const { AtomicI32::new(0) }; MAX_OWN_THREADS];
+
+/// Marks the calling thread as one of the library's.
+pub fn mark_own_thread() {
+    let tid = sys::gettid();
+    for slot in &OWN_TIDS {
+        if slot
+            .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+pub fn unmark_own_thread() {
+    let tid = sys::gettid();
+    for slot in &OWN_TIDS {
+        let _ = slot.compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+pub fn is_own_thread(tid: i32) -> bool {
+    OWN_TIDS.iter().any(|t| t.load(Ordering::Acquire) == tid)
+}
+
+/// The sampling event while a session runs: threads created then register
+/// themselves with it.
+static REGISTRY: SpinLock<Option<SamplingEvent>> = SpinLock::new(None);
+
+/// Opens registration for threads created during a session, with the
+/// session's sampling event (at start, before `running` is set).
+pub fn open_registration(event: SamplingEvent) {
+    *REGISTRY.lock() = Some(event);
+}
+
+/// Closes registration (at stop, before `running` is cleared).
+pub fn close_registration() {
+    *REGISTRY.lock() = None;
+}
+
+/// In a fork child: no registration open, no thread of the library (the
+/// parent's are not here), and the registry's lock free.
+pub fn reset_registration_after_fork() {
+    REGISTRY.force_unlock();
+    *REGISTRY.lock() = None;
+    for t in &OWN_TIDS {
+        t.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Registers the calling thread if a session runs (threads created during
+/// a session, from the pthread_create interposer). Returns whether it is
+/// traced now.
+///
+/// No lock is held while the events are opened. Against a stop, the
+/// thread's slot becomes `READY` before it reads `running` again, and stop
+/// clears `running` before it closes the slots (both sequentially
+/// consistent): either stop's close sees the slot ready, or this thread
+/// sees the session gone and closes its own slot. A stop and a new start in
+/// between move the epoch, which has the same effect.
+pub fn register_current_thread() -> bool {
+    let Some(tracer) = super::tracer() else {
+        return false;
+    };
+    let epoch = tracer.epoch.load(Ordering::SeqCst);
+    if !tracer.running.load(Ordering::SeqCst) {
+        return false;
+    }
+    let Some(event) = *REGISTRY.lock() else {
+        return false;
+    };
+    let tid = sys::gettid();
+    // A slot under this tid is that of a thread whose tid was reused, or
+    // this thread's own from start's enumeration: either way no handler of
+    // it runs now (this thread is not in one).
+    if let Some(stale) = tracer.slot_of(tid) {
+        close(tracer, stale, AbortReason::ThreadExit, Closer::Owner);
+    }
+    let Ok(Some(slot)) = register(tracer, tid, &event) else {
+        return false;
+    };
+    if tracer.epoch.load(Ordering::SeqCst) != epoch || !tracer.running.load(Ordering::SeqCst) {
+        close(tracer, slot, AbortReason::SessionStop, Closer::Owner);
+        return false;
+    }
+    true
+}
+
+/// Closes the calling thread's slot as it ends (its exit hook).
+pub fn unregister_current_thread() {
+    if let Some(tracer) = super::tracer() {
+        if let Some(slot) = tracer.slot_of(sys::gettid()) {
+            let closed = close(tracer, slot, AbortReason::ThreadExit, Closer::Owner);
+            if closed == Closing::Taken {
+                crate::host::bump(&crate::host::HOST.threads_exited);
+            }
+        }
     }
 }
