@@ -4,10 +4,9 @@
 
 use std::path::PathBuf;
 
-/// True when the environment says this is a CI run (`CI=true`).
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+/// True when the environment says this is a CI run (`CI=true`): the
+/// workspace's one rule (breakdance-testkit).
+pub use breakdance_testkit::in_ci;
 
 /// The full path of the executable `name` (searched on `PATH` unless it
 /// is a path itself), if there is one.

@@ -195,11 +195,10 @@ fn impl_list() -> Option<ImplList> {
 #[test]
 fn every_glibc_string_variant_runs_on_the_core() {
     let Some(list) = impl_list() else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true: this libc does not export __libc_ifunc_impl_list, so its string variants cannot be enumerated"
+        breakdance_testkit::present_or_skip(
+            false,
+            "this libc does not export __libc_ifunc_impl_list: its string variants cannot be enumerated",
         );
-        eprintln!("skipped: this libc does not list its string function variants");
         return;
     };
     // Every variant, whatever this CPU runs: the table of a model with

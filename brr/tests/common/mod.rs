@@ -4,18 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// True if `tool` runs. Under `CI=true` a missing tool fails the test instead
-/// of letting it skip.
-pub fn have_tool(tool: &str) -> bool {
-    let found = Command::new(tool).arg("--version").output().is_ok();
-    if !found && std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{tool} is not installed (run scripts/install-deps.sh)");
-    }
-    if !found {
-        eprintln!("skipping: {tool} is not installed");
-    }
-    found
-}
+pub use breakdance_testkit::have_tool;
 
 /// A fresh directory under the target dir for one test.
 pub fn scratch_dir(name: &str) -> PathBuf {
@@ -39,9 +28,7 @@ pub fn run(cmd: &mut Command) -> Output {
 
 pub use brr::workload::Compiler as Cc;
 
-fn in_ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-}
+use breakdance_testkit::in_ci;
 
 /// Builds a static musl executable from C `sources` with `cc` at -O2;
 /// None when a compiler is missing outside CI.
