@@ -94,7 +94,7 @@ fn traced_run(lbr: usize, mode: &str, dir: &std::path::Path) -> Run {
     Run {
         handler_us_per_trace: (c.sampling_ns + c.breakpoint_ns) as f64 / traces / 1e3,
         bps_per_trace: c.breakpoints as f64 / traces,
-        decode_ns_per_decoded: c.decode_ns as f64 / c.segments_decoded.max(1) as f64,
+        decode_ns_per_decoded: c.decode_ns as f64 / c.blocks_decoded.max(1) as f64,
         decode_ns_per_branch: c.decode_ns as f64 / branches,
         stop_us_in_handler: c.breakpoint_ns as f64 / c.breakpoints.max(1) as f64 / 1e3,
         emulated_ns_per_instruction: c.emulation_ns as f64 / c.emulated_steps.max(1) as f64,

@@ -68,10 +68,10 @@ macro_rules! for_each_counter {
             breakpoint_ns: Time,
             /// Of the handlers' time, decoding.
             decode_ns: Time,
-            /// Code segments decoded.
-            segments_decoded: Count,
-            /// Code segments found in the decoded-block cache.
-            segments_cached: Count,
+            /// Paper, verify: straight-line blocks the look-ahead decoded.
+            blocks_decoded: Count,
+            /// Paper, verify: blocks found in the decoded-block cache.
+            blocks_cached: Count,
             /// Stops whose stack pointer was checked against a window, not an exact value.
             sp_windowed: Count,
             /// Predictions checked at a stop (verify mode).

@@ -119,7 +119,7 @@ fn warm_up() {
             self.0.get(addr as usize..)
         }
     }
-    let _ = decode::decode_segment(&mut Bytes(&code), 0, &mut insn);
+    let _ = decode::decode_block(&mut Bytes(&code), 0, &mut insn);
     sys::warm_sigaction();
     sys::raw::calibrate_clock();
     let _ = sys::now_ns();

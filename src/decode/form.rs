@@ -135,7 +135,7 @@ pub struct BranchForm {
 
 /// The outcome of evaluating a form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Resolution {
     /// Control goes to `next`; `taken` says whether that is a taken branch.
     /// `sp` is the stack pointer once the instruction has executed.
     Continue { taken: bool, next: u64, sp: u64 },
@@ -182,7 +182,7 @@ fn target_value(target: Target, regs: &impl RegisterFile, mem: &impl Memory) -> 
 impl BranchForm {
     /// Resolves the form against the state the CPU has at `self.at`, before
     /// the instruction executes. Async-signal-safe.
-    pub fn evaluate(&self, regs: &impl RegisterFile, mem: &impl Memory) -> Outcome {
+    pub fn evaluate(&self, regs: &impl RegisterFile, mem: &impl Memory) -> Resolution {
         let sp = regs.rsp();
         let flags = regs.rflags();
         let cond = |taken: bool| {
@@ -191,7 +191,7 @@ impl BranchForm {
             } else {
                 self.fall_through
             };
-            Outcome::Continue { taken, next, sp }
+            Resolution::Continue { taken, next, sp }
         };
         match self.kind {
             BranchKind::Jcc(c) => cond(c.holds(flags)),
@@ -205,26 +205,26 @@ impl BranchForm {
                 let zf_ok = zf.is_none_or(|want| (flags & x86_sem::flag::ZF != 0) == want);
                 cond(nonzero && zf_ok)
             }
-            BranchKind::Jmp => Outcome::Continue {
+            BranchKind::Jmp => Resolution::Continue {
                 taken: true,
                 next: target_value(self.target, regs, mem),
                 sp,
             },
-            BranchKind::Call => Outcome::Continue {
+            BranchKind::Call => Resolution::Continue {
                 taken: true,
                 next: target_value(self.target, regs, mem),
                 sp: sp.wrapping_sub(8),
             },
-            BranchKind::Ret { pop } => Outcome::Continue {
+            BranchKind::Ret { pop } => Resolution::Continue {
                 taken: true,
                 next: mem.read(sp, 8),
                 sp: sp.wrapping_add(8 + pop as u64),
             },
             BranchKind::Syscall => {
                 if DIVERGING_SYSCALLS.contains(&regs.gpr(0)) {
-                    Outcome::Stop
+                    Resolution::Stop
                 } else {
-                    Outcome::Continue {
+                    Resolution::Continue {
                         taken: false,
                         next: self.fall_through,
                         sp,
@@ -316,7 +316,7 @@ mod tests {
         let mem = Mem(vec![]);
         assert_eq!(
             form.evaluate(&regs(0), &mem),
-            Outcome::Continue {
+            Resolution::Continue {
                 taken: true,
                 next: 0x2000,
                 sp: 0
@@ -324,7 +324,7 @@ mod tests {
         );
         assert_eq!(
             form.evaluate(&regs(ZF), &mem),
-            Outcome::Continue {
+            Resolution::Continue {
                 taken: false,
                 next: 0x1002,
                 sp: 0
@@ -357,7 +357,7 @@ mod tests {
         };
         assert_eq!(
             table.evaluate(&r, &mem),
-            Outcome::Continue {
+            Resolution::Continue {
                 taken: true,
                 next: 0x4242,
                 sp: 0x7ff0
@@ -370,7 +370,7 @@ mod tests {
         };
         assert_eq!(
             ret.evaluate(&r, &mem),
-            Outcome::Continue {
+            Resolution::Continue {
                 taken: true,
                 next: 0x1234,
                 sp: 0x7ff0 + 24
@@ -383,7 +383,7 @@ mod tests {
         };
         assert_eq!(
             call.evaluate(&r, &mem),
-            Outcome::Continue {
+            Resolution::Continue {
                 taken: true,
                 next: 0x5000,
                 sp: 0x7ff0 - 8
@@ -407,12 +407,12 @@ mod tests {
         r.gpr[1] = 1;
         assert!(matches!(
             form.evaluate(&r, &mem),
-            Outcome::Continue { taken: false, .. }
+            Resolution::Continue { taken: false, .. }
         ));
         r.gpr[1] = 2;
         assert!(matches!(
             form.evaluate(&r, &mem),
-            Outcome::Continue { taken: true, .. }
+            Resolution::Continue { taken: true, .. }
         ));
         let loope = BranchForm {
             kind: BranchKind::Loop {
@@ -423,12 +423,12 @@ mod tests {
         };
         assert!(matches!(
             loope.evaluate(&r, &mem),
-            Outcome::Continue { taken: false, .. }
+            Resolution::Continue { taken: false, .. }
         ));
         r.flags = ZF;
         assert!(matches!(
             loope.evaluate(&r, &mem),
-            Outcome::Continue { taken: true, .. }
+            Resolution::Continue { taken: true, .. }
         ));
     }
 
@@ -445,13 +445,13 @@ mod tests {
         r.gpr[0] = libc::SYS_write as u64;
         assert!(matches!(
             form.evaluate(&r, &mem),
-            Outcome::Continue {
+            Resolution::Continue {
                 taken: false,
                 next: 0x1002,
                 ..
             }
         ));
         r.gpr[0] = libc::SYS_exit_group as u64;
-        assert_eq!(form.evaluate(&r, &mem), Outcome::Stop);
+        assert_eq!(form.evaluate(&r, &mem), Resolution::Stop);
     }
 }

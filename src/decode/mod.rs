@@ -2,10 +2,10 @@
 //! of decoded blocks.
 //!
 //! From a start address the decoder walks straight-line code to the first
-//! control transfer and describes the walk as a [`Segment`]: a direct jmp or
+//! control transfer and describes the walk as a [`Block`]: a direct jmp or
 //! call (resolved statically: its target is in the encoding), or a
 //! [`BranchForm`] the breakpoint handler will evaluate, or the reason the
-//! walk cannot go on. The tracer chains segments; the [`BlockCache`] keeps
+//! walk cannot go on. The tracer chains blocks; the [`BlockCache`] keeps
 //! them so that a hot block is decoded once per thread, not once per trace
 //! (one of the optimisations the paper proposes in §3.1 and did not build).
 //!
@@ -19,7 +19,7 @@ use iced_x86::{Mnemonic, OpKind, Register};
 
 use crate::exec_map::ExecMap;
 
-pub use form::{BranchForm, BranchKind, Condition, Gpr, Memory, Outcome, RegisterFile, Target};
+pub use form::{BranchForm, BranchKind, Condition, Gpr, Memory, RegisterFile, Resolution, Target};
 
 /// Straight-line instructions decoded before the look-ahead gives up
 /// (counted as `lookahead_limit`).
@@ -39,7 +39,7 @@ pub trait CodeSource {
     fn code_at(&mut self, addr: u64) -> Option<&[u8]>;
 }
 
-/// Bytes of code copied per window (segments longer than that read the
+/// Bytes of code copied per window (blocks longer than that read the
 /// next window).
 const CODE_WINDOW: usize = 256;
 
@@ -85,9 +85,9 @@ pub enum DecodeFailure {
     LookaheadLimit,
 }
 
-/// How a segment ends.
+/// How a block ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SegmentEnd {
+pub enum BlockEnd {
     /// A direct jmp or call at `from` going to `to`: a taken branch known
     /// without the CPU state. A call pushes `ret_addr`.
     Direct {
@@ -103,9 +103,9 @@ pub enum SegmentEnd {
 
 /// A decoded walk of straight-line code from `start`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Segment {
+pub struct Block {
     pub start: u64,
-    pub end: SegmentEnd,
+    pub end: BlockEnd,
     /// Change of rsp from `start` to the end instruction (exclusive), or
     /// `None` when an instruction sets rsp in a way decoding cannot follow
     /// (mov rsp, leave, and rsp, …).
@@ -114,15 +114,15 @@ pub struct Segment {
     pub instructions: u32,
 }
 
-/// Decodes the segment starting at `start`. `insn` is scratch space reused
+/// Decodes the block starting at `start`. `insn` is scratch space reused
 /// across calls.
-pub fn decode_segment(code: &mut impl CodeSource, start: u64, insn: &mut Instruction) -> Segment {
+pub fn decode_block(code: &mut impl CodeSource, start: u64, insn: &mut Instruction) -> Block {
     let mut pc = start;
     let mut sp_delta = Some(0i32);
     let mut count = 0u32;
-    let fail = |at, why, sp_delta, count| Segment {
+    let fail = |at, why, sp_delta, count| Block {
         start,
-        end: SegmentEnd::Fail { at, why },
+        end: BlockEnd::Fail { at, why },
         sp_delta,
         instructions: count,
     };
@@ -151,7 +151,7 @@ pub fn decode_segment(code: &mut impl CodeSource, start: u64, insn: &mut Instruc
                 return fail(pc, DecodeFailure::Unsupported, sp_delta, count);
             }
             if let Some(end) = classify(insn) {
-                return Segment {
+                return Block {
                     start,
                     end,
                     sp_delta,
@@ -263,17 +263,17 @@ fn condition(cc: ConditionCode) -> Option<Condition> {
     })
 }
 
-/// Turns a transfer into a segment end; `None` for an instruction that
+/// Turns a transfer into a block end; `None` for an instruction that
 /// continues to the next one.
-fn classify(insn: &Instruction) -> Option<SegmentEnd> {
+fn classify(insn: &Instruction) -> Option<BlockEnd> {
     let at = insn.ip();
     let fall_through = insn.next_ip();
-    let unsupported = Some(SegmentEnd::Fail {
+    let unsupported = Some(BlockEnd::Fail {
         at,
         why: DecodeFailure::Unsupported,
     });
     let dynamic = |kind, target| {
-        Some(SegmentEnd::Dynamic(BranchForm {
+        Some(BlockEnd::Dynamic(BranchForm {
             at,
             fall_through,
             kind,
@@ -283,7 +283,7 @@ fn classify(insn: &Instruction) -> Option<SegmentEnd> {
     let near = matches!(insn.op0_kind(), OpKind::NearBranch64);
     match insn.flow_control() {
         FlowControl::Next => None,
-        FlowControl::UnconditionalBranch if near => Some(SegmentEnd::Direct {
+        FlowControl::UnconditionalBranch if near => Some(BlockEnd::Direct {
             from: at,
             to: insn.near_branch_target(),
             ret_addr: None,
@@ -291,7 +291,7 @@ fn classify(insn: &Instruction) -> Option<SegmentEnd> {
         FlowControl::Call if insn.code() == Code::Syscall => {
             dynamic(BranchKind::Syscall, Target::Const(fall_through))
         }
-        FlowControl::Call if near => Some(SegmentEnd::Direct {
+        FlowControl::Call if near => Some(BlockEnd::Direct {
             from: at,
             to: insn.near_branch_target(),
             ret_addr: Some(fall_through),
@@ -351,7 +351,7 @@ fn classify(insn: &Instruction) -> Option<SegmentEnd> {
     }
 }
 
-/// Cached segments per thread: direct-mapped, keyed by start address,
+/// Cached blocks per thread: direct-mapped, keyed by start address,
 /// invalidated wholesale when the executable mappings change (generation).
 pub struct BlockCache {
     slots: Box<[CacheSlot]>,
@@ -362,16 +362,16 @@ pub struct BlockCache {
 #[derive(Clone, Copy)]
 struct CacheSlot {
     generation: u32,
-    segment: Segment,
+    block: Block,
 }
 
 /// Entries per thread; a power of two. At ~90 bytes an entry this is
 /// 180 KiB a traced thread, allocated when the thread is registered.
 pub const BLOCK_CACHE_ENTRIES: usize = 2048;
 
-const EMPTY_SEGMENT: Segment = Segment {
+const EMPTY_BLOCK: Block = Block {
     start: u64::MAX,
-    end: SegmentEnd::Fail {
+    end: BlockEnd::Fail {
         at: 0,
         why: DecodeFailure::Unsupported,
     },
@@ -383,7 +383,7 @@ impl BlockCache {
     pub fn new() -> BlockCache {
         let empty = CacheSlot {
             generation: 0,
-            segment: EMPTY_SEGMENT,
+            block: EMPTY_BLOCK,
         };
         BlockCache {
             slots: vec![empty; BLOCK_CACHE_ENTRIES].into_boxed_slice(),
@@ -397,7 +397,7 @@ impl BlockCache {
         (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize & (BLOCK_CACHE_ENTRIES - 1)
     }
 
-    /// The segment at `start`, decoded on a miss. `decoded` is set when the
+    /// The block at `start`, decoded on a miss. `decoded` is set when the
     /// decoder ran (the caller times decoding separately).
     pub fn lookup(
         &mut self,
@@ -406,21 +406,18 @@ impl BlockCache {
         generation: u32,
         insn: &mut Instruction,
         decoded: &mut bool,
-    ) -> Segment {
+    ) -> Block {
         let slot = &mut self.slots[Self::index(start)];
-        if slot.segment.start == start && slot.generation == generation {
+        if slot.block.start == start && slot.generation == generation {
             self.hits += 1;
             *decoded = false;
-            return slot.segment;
+            return slot.block;
         }
         self.misses += 1;
         *decoded = true;
-        let segment = decode_segment(code, start, insn);
-        *slot = CacheSlot {
-            generation,
-            segment,
-        };
-        segment
+        let block = decode_block(code, start, insn);
+        *slot = CacheSlot { generation, block };
+        block
     }
 
     pub fn hits(&self) -> u64 {

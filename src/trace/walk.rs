@@ -16,7 +16,7 @@
 
 use crate::buffer::{AbortReason, BranchEntry, TraceEnd};
 use crate::decode::{
-    BranchForm, BranchKind, DecodeFailure, Memory, Outcome, RegisterFile, SegmentEnd,
+    BlockEnd, BranchForm, BranchKind, DecodeFailure, Memory, RegisterFile, Resolution,
 };
 use crate::emulate::context;
 use crate::sys;
@@ -176,8 +176,8 @@ pub(super) fn on_breakpoint(
     }
     w.at_stop(t, regs);
     match form.evaluate(regs, &OwnMemory) {
-        Outcome::Stop => end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Syscall)),
-        Outcome::Continue { taken, next, sp } => {
+        Resolution::Stop => end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Syscall)),
+        Resolution::Continue { taken, next, sp } => {
             if form.kind != BranchKind::Syscall {
                 Counters::bump(&c.dynamically_evaluated);
                 w.transfer(t, c, form.at, next, Some(regs));
@@ -253,16 +253,16 @@ fn follow(
         };
         let mut decoded = false;
         let d0 = sys::raw::clock_ns();
-        let seg = cache.lookup(&mut code, pc, generation, &mut t.insn, &mut decoded);
+        let block = cache.lookup(&mut code, pc, generation, &mut t.insn, &mut decoded);
         if decoded {
             Counters::add(&c.decode_ns, sys::raw::clock_ns().saturating_sub(d0));
-            Counters::bump(&c.segments_decoded);
+            Counters::bump(&c.blocks_decoded);
         } else {
-            Counters::bump(&c.segments_cached);
+            Counters::bump(&c.blocks_cached);
         }
-        let sp_at_end = sp.after(seg.sp_delta);
-        match seg.end {
-            SegmentEnd::Direct { from, to, ret_addr } => {
+        let sp_at_end = sp.after(block.sp_delta);
+        match block.end {
+            BlockEnd::Direct { from, to, ret_addr } => {
                 Counters::bump(&c.statically_resolved);
                 w.transfer(t, c, from, to, None);
                 if record(tracer, slot, t, from, to) {
@@ -275,7 +275,7 @@ fn follow(
                 };
                 pc = to;
             }
-            SegmentEnd::Dynamic(form) => {
+            BlockEnd::Dynamic(form) => {
                 if tracer.exec.in_rseq(form.at) {
                     end_trace(tracer, slot, t, TraceEnd::Aborted(AbortReason::Rseq));
                     return;
@@ -284,7 +284,7 @@ fn follow(
                 arm_or_end(tracer, slot, t, form, expected_sp);
                 return;
             }
-            SegmentEnd::Fail { why, .. } => {
+            BlockEnd::Fail { why, .. } => {
                 let reason = match why {
                     DecodeFailure::OutsideMappings => AbortReason::OutsideMappings,
                     DecodeFailure::Unsupported => AbortReason::UnsupportedInstruction,
