@@ -1,6 +1,8 @@
 //! The control socket: three start/stop sessions in one process give three
 //! complete profiles; malformed requests get an `error` reply and change
-//! nothing; a peer of another uid is refused.
+//! nothing; a peer of another uid is refused; a stop that cannot write
+//! keeps the session for the next stop (over the socket and through
+//! profiler-ctl).
 
 mod common;
 
@@ -301,4 +303,61 @@ fn failed_write_is_retried_by_the_next_stop() {
     check_stop_answer(&summary, &rec);
     assert_valid_traces("retried stop", &rec);
     finish(&mut program, &quit);
+}
+
+/// The same through profiler-ctl: the stop that cannot write exits 1
+/// naming the path and saying the data is kept; the next writes it; a
+/// third has nothing to write.
+#[test]
+fn a_failed_write_is_reported_and_the_data_kept_for_a_retry() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("retry");
+    let program = build(&clang, &scratch.0, "control", &["control.c"], &[]);
+    let p = Preloaded::start(&tracer, &program, &scratch.0);
+    let out = scratch.path("out");
+    let out_arg = out.to_str().unwrap();
+    let start = ctl(
+        &tracer,
+        &[
+            "start",
+            "--socket",
+            p.socket(),
+            "-c",
+            "500000",
+            "-o",
+            out_arg,
+        ],
+    );
+    assert!(start.status.success(), "{}", text(&start.stderr));
+    wait_for_traces(&p.socket, 1);
+    // The directory becomes a plain file: nothing can be written under it.
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::write(&out, b"in the way").unwrap();
+    let failed = ctl(&tracer, &["stop", "--socket", p.socket()]);
+    assert_eq!(failed.status.code(), Some(1));
+    let message = text(&failed.stderr);
+    assert!(
+        message.contains(out_arg),
+        "the error names the path: {message}"
+    );
+    assert!(
+        message.contains("retry"),
+        "the error says the data is kept: {message}"
+    );
+    // Fixed, a second stop writes the same session.
+    std::fs::remove_file(&out).unwrap();
+    let retried = ctl(&tracer, &["stop", "--socket", p.socket()]);
+    assert!(retried.status.success(), "{}", text(&retried.stderr));
+    let rec = load(&out);
+    check_summary(&rec);
+    // Nothing more to write: a third stop says so.
+    let third = ctl(&tracer, &["stop", "--socket", p.socket()]);
+    assert_eq!(third.status.code(), Some(1));
+    assert!(text(&third.stderr).contains("no session is running"));
+    let finished = p.finish();
+    assert!(finished.status.success());
+    assert_eq!(text(&finished.stdout), "control done\n");
 }

@@ -1,73 +1,10 @@
 //! The cases where the tracer must stop short or refuse, for real: an rseq
-//! critical section, a thread whose debug registers are all taken, and an
-//! output directory that cannot be written at stop.
+//! critical section, and a thread whose debug registers are all taken.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-
+use common::controlled::{ctl, text, Preloaded};
 use common::*;
-
-/// Runs `profiler-ctl ARGS`.
-fn ctl(tracer: &Tracer, args: &[&str]) -> Output {
-    Command::new(&tracer.ctl)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", tracer.ctl.display()))
-}
-
-/// A program started with the library preloaded and its own socket;
-/// killed if the test fails first.
-struct Preloaded {
-    child: Option<Child>,
-    socket: PathBuf,
-    stop_file: PathBuf,
-}
-
-impl Preloaded {
-    fn start(tracer: &Tracer, program: &Path, dir: &Path) -> Preloaded {
-        let socket = dir.join("ctl.sock");
-        let stop_file = dir.join("stop-now");
-        let child = Command::new(program)
-            .arg(&stop_file)
-            .env("LD_PRELOAD", &tracer.lib)
-            .env("BREAKDANCE_SOCKET", &socket)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-        wait_for_socket(&socket);
-        Preloaded {
-            child: Some(child),
-            socket,
-            stop_file,
-        }
-    }
-
-    fn socket(&self) -> &str {
-        self.socket.to_str().expect("UTF-8 path")
-    }
-
-    /// Lets the program finish and returns its output.
-    fn finish(mut self) -> Output {
-        std::fs::write(&self.stop_file, b"").unwrap();
-        self.child.take().unwrap().wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Preloaded {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 #[test]
 fn no_stop_inside_an_rseq_critical_section() {
@@ -185,58 +122,4 @@ fn a_thread_without_a_free_breakpoint_slot_is_refused_and_runs_on() {
     let finished = p.finish();
     assert!(finished.status.success(), "{}", text(&finished.stderr));
     assert_eq!(text(&finished.stdout), "held 4\ndone 1\n");
-}
-
-#[test]
-fn a_failed_write_is_reported_and_the_data_kept_for_a_retry() {
-    let tracer = tracer();
-    let Some(clang) = tool("clang-19") else {
-        return;
-    };
-    let scratch = Scratch::new("retry");
-    let program = build(&clang, &scratch.0, "control", &["control.c"], &[]);
-    let p = Preloaded::start(&tracer, &program, &scratch.0);
-    let out = scratch.path("out");
-    let out_arg = out.to_str().unwrap();
-    let start = ctl(
-        &tracer,
-        &[
-            "start",
-            "--socket",
-            p.socket(),
-            "-c",
-            "500000",
-            "-o",
-            out_arg,
-        ],
-    );
-    assert!(start.status.success(), "{}", text(&start.stderr));
-    wait_for_traces(&p.socket, 1);
-    // The directory becomes a plain file: nothing can be written under it.
-    std::fs::remove_dir_all(&out).unwrap();
-    std::fs::write(&out, b"in the way").unwrap();
-    let failed = ctl(&tracer, &["stop", "--socket", p.socket()]);
-    assert_eq!(failed.status.code(), Some(1));
-    let message = text(&failed.stderr);
-    assert!(
-        message.contains(out_arg),
-        "the error names the path: {message}"
-    );
-    assert!(
-        message.contains("retry"),
-        "the error says the data is kept: {message}"
-    );
-    // Fixed, a second stop writes the same session.
-    std::fs::remove_file(&out).unwrap();
-    let retried = ctl(&tracer, &["stop", "--socket", p.socket()]);
-    assert!(retried.status.success(), "{}", text(&retried.stderr));
-    let rec = load(&out);
-    check_summary(&rec);
-    // Nothing more to write: a third stop says so.
-    let third = ctl(&tracer, &["stop", "--socket", p.socket()]);
-    assert_eq!(third.status.code(), Some(1));
-    assert!(text(&third.stderr).contains("no session is running"));
-    let finished = p.finish();
-    assert!(finished.status.success());
-    assert_eq!(text(&finished.stdout), "control done\n");
 }

@@ -4,10 +4,10 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{build, Scratch, Tracer};
+use super::{build, wait_for_socket, Scratch, Tracer};
 
 /// Sends one request line and returns the one-line answer.
 pub fn request(socket: &Path, line: &str) -> String {
@@ -148,4 +148,64 @@ pub fn finish(program: &mut Program, quit: &Path) {
     let output = program.0.take().unwrap().wait_with_output().unwrap();
     assert!(output.status.success(), "program failed: {output:?}");
     assert_eq!(String::from_utf8_lossy(&output.stdout), "control done\n");
+}
+
+/// Runs `profiler-ctl ARGS`.
+pub fn ctl(tracer: &Tracer, args: &[&str]) -> Output {
+    Command::new(&tracer.ctl)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", tracer.ctl.display()))
+}
+
+/// A program started with the library preloaded and its own socket;
+/// killed if the test fails first.
+pub struct Preloaded {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    stop_file: PathBuf,
+}
+
+impl Preloaded {
+    pub fn start(tracer: &Tracer, program: &Path, dir: &Path) -> Preloaded {
+        let socket = dir.join("ctl.sock");
+        let stop_file = dir.join("stop-now");
+        let child = Command::new(program)
+            .arg(&stop_file)
+            .env("LD_PRELOAD", &tracer.lib)
+            .env("BREAKDANCE_SOCKET", &socket)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+        wait_for_socket(&socket);
+        Preloaded {
+            child: Some(child),
+            socket,
+            stop_file,
+        }
+    }
+
+    pub fn socket(&self) -> &str {
+        self.socket.to_str().expect("UTF-8 path")
+    }
+
+    /// Lets the program finish and returns its output.
+    pub fn finish(mut self) -> Output {
+        std::fs::write(&self.stop_file, b"").unwrap();
+        self.child.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Preloaded {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
