@@ -7,7 +7,6 @@
 //! starts anything.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,17 +18,7 @@ use breakdance_protocol::{
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{value_parser, Args, Parser, Subcommand, ValueEnum};
 
-/// A mistake in the command line: printed as one line, exit status 2.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsageError(pub String);
-
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+pub use crate::usage::UsageError;
 
 const ABOUT: &str = "control the breakdance software branch tracer (libbreakdance.so)";
 

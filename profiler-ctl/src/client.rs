@@ -160,7 +160,7 @@ pub fn parse_answer(line: &str) -> Result<Answer> {
 
 fn connect_error(socket: &Path, e: &io::Error) -> anyhow::Error {
     let path = socket.display();
-    let lib = crate::record::find_library(None)
+    let lib = crate::library::find_library(None)
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "/path/to/libbreakdance.so".to_owned());
     let advice = match e.kind() {

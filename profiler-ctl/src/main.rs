@@ -5,12 +5,14 @@ mod check;
 mod cli;
 mod client;
 mod elf;
+mod library;
 mod profgen;
 mod record;
 mod report;
 mod signals;
 mod summary;
 mod trust;
+mod usage;
 
 use std::process::ExitCode;
 

@@ -18,7 +18,7 @@ use crate::signals::{self, Exit, Reaped};
 use crate::{check, profgen, summary};
 
 /// The tracer library's file name.
-pub const LIBRARY: &str = breakdance_protocol::LIBRARY_FILE;
+use crate::library::find_library;
 
 /// How long a terminating signal waits for the child to write its profile
 /// before it is passed on.
@@ -26,44 +26,6 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often the wait loop checks on the child even without a SIGCHLD.
 const POLL: Duration = Duration::from_secs(1);
-
-/// Finds libbreakdance.so: `--lib`, else `$BREAKDANCE_LIB`, else next to
-/// the profiler-ctl executable. Returns an absolute path.
-pub fn find_library(lib: Option<&Path>) -> Result<PathBuf, UsageError> {
-    let (path, source) = match (lib, env::var_os("BREAKDANCE_LIB")) {
-        (Some(path), _) => (path.to_path_buf(), "--lib"),
-        (None, Some(path)) if !path.is_empty() => (PathBuf::from(path), "$BREAKDANCE_LIB"),
-        _ => {
-            let exe = env::current_exe().map_err(|e| {
-                UsageError(format!(
-                    "cannot find {LIBRARY}: cannot locate profiler-ctl itself: {e}"
-                ))
-            })?;
-            let next_to = exe
-                .parent()
-                .map(|d| d.join(LIBRARY))
-                .unwrap_or_else(|| LIBRARY.into());
-            if !next_to.is_file() {
-                return Err(UsageError(format!(
-                    "cannot find {LIBRARY}: no --lib, no $BREAKDANCE_LIB, and none at {}; \
-                     build it with `cargo build --release` in the breakdance workspace \
-                     (it lands in target/release/ next to profiler-ctl) or pass --lib PATH",
-                    next_to.display()
-                )));
-            }
-            (next_to, "next to profiler-ctl")
-        }
-    };
-    if !path.is_file() {
-        return Err(UsageError(format!(
-            "{source}: {} is not a file; build the library with `cargo build --release` \
-             (target/release/{LIBRARY})",
-            path.display()
-        )));
-    }
-    std::fs::canonicalize(&path)
-        .map_err(|e| UsageError(format!("{source}: cannot resolve {}: {e}", path.display())))
-}
 
 /// `existing` with `lib` added at the end (glibc accepts ':' between entries).
 pub fn ld_preload_with(existing: Option<&OsStr>, lib: &Path) -> OsString {

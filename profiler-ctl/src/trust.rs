@@ -7,7 +7,7 @@ use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::cli::UsageError;
+use crate::usage::UsageError;
 
 /// Our effective uid: the owner of what we create.
 pub fn euid() -> u32 {

@@ -22,7 +22,7 @@ use perf_event_open_sys::bindings as pb;
 
 use crate::sys::{self, Errno};
 
-use super::threads::{breakpoint_attr, sampling_attr, SamplingEvent};
+use super::events::{breakpoint_attr, sampling_attr, SamplingEvent};
 
 thread_local! {
     /// Stops taken by the calling thread (const-initialised: no lazy

@@ -2,8 +2,9 @@
 //!
 //! An engine is what a thread's SIGTRAP handler does at a sample and at a
 //! breakpoint stop: how it learns the branches the thread takes past the
-//! sample. The session's mode picks the engine once ([`of`]); nothing
-//! outside this file asks which mode runs.
+//! sample. The session's mode picks the engine in one place
+//! (`handler::engine_of`); nothing else asks which mode runs. This file
+//! names no engine: they import it, it imports none of them.
 //!
 //! | mode | engine | file |
 //! |---|---|---|
@@ -18,7 +19,7 @@
 use crate::decode::{Gpr, RegisterFile};
 use crate::emulate::context;
 
-use super::{Lookahead, ThreadSlot, ThreadTrace, Tracer};
+use super::{ThreadSlot, ThreadTrace, Tracer};
 
 /// A look-ahead mode's handlers. Called by `handler::on_sigtrap` with the
 /// thread's slot held.
@@ -41,15 +42,6 @@ pub(super) struct Needs {
     pub emulator: bool,
     /// Verify's queue of predictions.
     pub predictions: bool,
-}
-
-/// The engine of `mode`: the one place a mode is looked at.
-pub(super) fn of(mode: Lookahead) -> &'static dyn Engine {
-    match mode {
-        Lookahead::Paper => &super::paper::Paper,
-        Lookahead::Verify => &super::verify::Verify,
-        Lookahead::Emulate => &super::emulate::Emulate,
-    }
 }
 
 /// The interrupted thread's registers, as the kernel saved them.

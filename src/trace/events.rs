@@ -1,15 +1,68 @@
 //! The thread's two perf events, as the engines drive them: the hardware
 //! breakpoint (moved to the next stop, topped up, renewed) and the sampling
 //! event (armed for one sample, kept armed with a watchdog period while a
-//! trace is open). Async-signal-safe: each is one or two ioctls, or a
-//! close and a perf_event_open.
+//! trace is open), and their attributes. Async-signal-safe: each is one or
+//! two ioctls, or a close and a perf_event_open.
 
 use std::os::fd::AsRawFd;
 
 use crate::sys;
 
+use perf_event_open_sys::bindings as pb;
+
 use super::counters::Counters;
-use super::{ThreadSlot, ThreadTrace};
+use super::{ThreadSlot, ThreadTrace, BREAKPOINT_TAG, SAMPLE_TAG};
+
+/// The sampling event of a session, as perf_event_open takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SamplingEvent {
+    pub type_: u32,
+    pub config: u64,
+    /// Period in event units, or frequency in Hz when `freq`.
+    pub period: u64,
+    pub freq: bool,
+}
+
+/// Where a disabled breakpoint waits: an address in this library that no
+/// application thread executes while the breakpoint is disabled.
+extern "C" fn breakpoint_parking() {}
+
+fn common_flags(attr: &mut sys::PerfEventAttr, tag: u64) {
+    attr.set_disabled(1);
+    attr.set_exclude_kernel(1);
+    attr.set_exclude_hv(1);
+    // sigtrap delivers a synchronous SIGTRAP to the thread that hit the
+    // event, with si_perf_data = sig_data; the kernel requires
+    // remove_on_exec with it (DESIGN.md, measured facts).
+    attr.set_sigtrap(1);
+    attr.set_remove_on_exec(1);
+    attr.sig_data = tag;
+}
+
+pub fn breakpoint_attr() -> sys::PerfEventAttr {
+    let mut attr = sys::blank_attr();
+    attr.type_ = pb::PERF_TYPE_BREAKPOINT;
+    attr.bp_type = pb::HW_BREAKPOINT_X;
+    attr.__bindgen_anon_3.bp_addr = breakpoint_parking as *const () as usize as u64;
+    attr.__bindgen_anon_4.bp_len = std::mem::size_of::<libc::c_long>() as u64;
+    attr.__bindgen_anon_1.sample_period = 1;
+    common_flags(&mut attr, BREAKPOINT_TAG);
+    attr
+}
+
+pub fn sampling_attr(event: &SamplingEvent) -> sys::PerfEventAttr {
+    let mut attr = sys::blank_attr();
+    attr.type_ = event.type_;
+    attr.config = event.config;
+    if event.freq {
+        attr.set_freq(1);
+        attr.__bindgen_anon_1.sample_freq = event.period;
+    } else {
+        attr.__bindgen_anon_1.sample_period = event.period;
+    }
+    common_flags(&mut attr, SAMPLE_TAG);
+    attr
+}
 
 /// Hits the breakpoint event may take before the kernel stops it; the
 /// limit is topped up to this when fewer than two are left.
@@ -70,7 +123,7 @@ pub(super) fn renew_breakpoint(slot: &ThreadSlot, t: &mut ThreadTrace) {
     }
     t.bp_armed = false;
     t.bp_hits_left = 0;
-    let mut attr = super::threads::breakpoint_attr();
+    let mut attr = breakpoint_attr();
     if let Ok(fd) = sys::perf_event_open(&mut attr, 0) {
         t.bp_attr = attr;
         t.bp_fd = Some(fd);

@@ -24,9 +24,18 @@ use crate::sys;
 
 use super::counters::Counters;
 use super::ends::close_open_trace;
-use super::engine::{self, StopRegisters, Ucontext};
+use super::engine::{Engine, StopRegisters, Ucontext};
 use super::events::{rearm_sampling, renew_breakpoint, watch_trace};
-use super::{chain, Entry, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG};
+use super::{chain, Entry, Lookahead, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG};
+
+/// The engine of `mode`: the one place a mode is looked at.
+pub(super) fn engine_of(mode: Lookahead) -> &'static dyn Engine {
+    match mode {
+        Lookahead::Paper => &super::paper::Paper,
+        Lookahead::Verify => &super::verify::Verify,
+        Lookahead::Emulate => &super::emulate::Emulate,
+    }
+}
 
 /// Set by `BREAKDANCE_FAILPOINT=sample-panic` (for tests only): the sample
 /// handler panics, to check that a panic there aborts with a message.
@@ -53,7 +62,7 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                     // SAFETY: enter() made this handler the slot's holder;
                     // the ucontext is the kernel's for this delivery.
                     let (t, uc) = unsafe { (slot.inner(), Ucontext::of(ctx)) };
-                    let engine = engine::of(tracer.lookahead());
+                    let engine = engine_of(tracer.lookahead());
                     if tag == SAMPLE_TAG && is_merged_stop(t, uc) {
                         let c = &slot.counters;
                         Counters::bump(&c.samples);

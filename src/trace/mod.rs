@@ -45,7 +45,7 @@ pub use engine::StopRegisters;
 /// Whether `mode`'s engine runs the x86 emulator (built before any thread
 /// is traced: see `emulate::warm`).
 pub fn emulates(mode: Lookahead) -> bool {
-    engine::of(mode).needs().emulator
+    handler::engine_of(mode).needs().emulator
 }
 
 use std::cell::UnsafeCell;

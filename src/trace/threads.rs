@@ -5,27 +5,14 @@
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use perf_event_open_sys::bindings as pb;
-
 use crate::buffer::{AbortReason, TraceEnd};
 use crate::decode::BlockCache;
 use crate::sync::SpinLock;
 use crate::sys::{self, Errno};
 
-use super::{
-    Closer, Closing, ThreadSlot, Tracer, BREAKPOINT_TAG, BUSY, CLOSED, FREE, READY, SAMPLE_TAG,
-    TID_TOMBSTONE,
-};
-
-/// The sampling event of a session, as perf_event_open takes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SamplingEvent {
-    pub type_: u32,
-    pub config: u64,
-    /// Period in event units, or frequency in Hz when `freq`.
-    pub period: u64,
-    pub freq: bool,
-}
+pub use super::events::SamplingEvent;
+use super::events::{breakpoint_attr, sampling_attr};
+use super::{Closer, Closing, ThreadSlot, Tracer, BUSY, CLOSED, FREE, READY, TID_TOMBSTONE};
 
 /// Why a thread could not be traced.
 #[derive(Debug, thiserror::Error)]
@@ -38,47 +25,6 @@ pub enum RegisterError {
     Breakpoint(Errno),
     #[error("arming the sampling event failed: {0}")]
     Arm(Errno),
-}
-
-/// Where a disabled breakpoint waits: an address in this library that no
-/// application thread executes while the breakpoint is disabled.
-extern "C" fn breakpoint_parking() {}
-
-fn common_flags(attr: &mut sys::PerfEventAttr, tag: u64) {
-    attr.set_disabled(1);
-    attr.set_exclude_kernel(1);
-    attr.set_exclude_hv(1);
-    // sigtrap delivers a synchronous SIGTRAP to the thread that hit the
-    // event, with si_perf_data = sig_data; the kernel requires
-    // remove_on_exec with it (DESIGN.md, measured facts).
-    attr.set_sigtrap(1);
-    attr.set_remove_on_exec(1);
-    attr.sig_data = tag;
-}
-
-pub fn breakpoint_attr() -> sys::PerfEventAttr {
-    let mut attr = sys::blank_attr();
-    attr.type_ = pb::PERF_TYPE_BREAKPOINT;
-    attr.bp_type = pb::HW_BREAKPOINT_X;
-    attr.__bindgen_anon_3.bp_addr = breakpoint_parking as *const () as usize as u64;
-    attr.__bindgen_anon_4.bp_len = std::mem::size_of::<libc::c_long>() as u64;
-    attr.__bindgen_anon_1.sample_period = 1;
-    common_flags(&mut attr, BREAKPOINT_TAG);
-    attr
-}
-
-pub fn sampling_attr(event: &SamplingEvent) -> sys::PerfEventAttr {
-    let mut attr = sys::blank_attr();
-    attr.type_ = event.type_;
-    attr.config = event.config;
-    if event.freq {
-        attr.set_freq(1);
-        attr.__bindgen_anon_1.sample_freq = event.period;
-    } else {
-        attr.__bindgen_anon_1.sample_period = event.period;
-    }
-    common_flags(&mut attr, SAMPLE_TAG);
-    attr
 }
 
 /// Starts tracing thread `tid` (0 is not allowed: pass the real tid) and
@@ -111,7 +57,7 @@ pub fn register<'t>(
     if t.cache.is_none() {
         t.cache = Some(Box::new(BlockCache::new()));
     }
-    let needs = super::engine::of(tracer.lookahead()).needs();
+    let needs = super::handler::engine_of(tracer.lookahead()).needs();
     if needs.emulator && t.emu.is_none() {
         // The tracer is the process's one static tracer.
         t.emu = super::tracer().map(|st| crate::emulate::Emulator::new(&st.exec));
