@@ -91,3 +91,113 @@ fn every_import_points_down() {
     );
     assert!(up.is_empty(), "imports that point up:\n{}", up.join("\n"));
 }
+
+/// `PREFIX::NAME` paths in `text` for each `prefix` given, NAME a module
+/// name (lower case and underscores).
+fn names_after<'t>(text: &'t str, prefix: &str) -> Vec<&'t str> {
+    text.match_indices(prefix)
+        .map(|(i, _)| {
+            let rest = &text[i + prefix.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .collect()
+}
+
+/// A cycle in the graph of `edges`, if there is one (depth first).
+fn cycle(edges: &BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, Vec<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(node.to_string(), 1);
+        path.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            match state.get(next.as_str()) {
+                Some(1) => {
+                    let from = path.iter().position(|p| p == next).unwrap();
+                    let mut found = path[from..].to_vec();
+                    found.push(next.clone());
+                    return Some(found);
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(c) = visit(next, edges, state, path) {
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        path.pop();
+        state.insert(node.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for node in edges.keys() {
+        if !state.contains_key(node.as_str()) {
+            if let Some(c) = visit(node, edges, &mut state, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// The files of one directory, as modules that name each other by
+/// `prefixes` (`super::` from a sibling, `crate::ROOM::` from anywhere).
+fn file_graph(dir: &Path, prefixes: &[&str]) -> BTreeMap<String, Vec<String>> {
+    let stems: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .filter(|s| !matches!(s.as_str(), "mod" | "lib" | "main"))
+        .collect();
+    let mut edges = BTreeMap::new();
+    for stem in &stems {
+        let text = std::fs::read_to_string(dir.join(format!("{stem}.rs"))).unwrap();
+        // Unit tests may reach anywhere.
+        let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let mut named: Vec<String> = prefixes
+            .iter()
+            .flat_map(|p| names_after(text, p))
+            .filter(|n| *n != stem && stems.iter().any(|s| s == n))
+            .map(str::to_string)
+            .collect();
+        named.sort();
+        named.dedup();
+        edges.insert(stem.clone(), named);
+    }
+    edges
+}
+
+/// Within a room, and in profiler-ctl, files import each other one way:
+/// no circle of files (ARCHITECTURE.md, "Floors").
+#[test]
+fn no_circle_of_files_within_a_room_or_in_profiler_ctl() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root.join("src")).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let room = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let graph = file_graph(&dir, &["super::", &format!("crate::{room}::")]);
+        checked += graph.len();
+        if let Some(c) = cycle(&graph) {
+            panic!("src/{room}: a circle of imports: {}", c.join(" -> "));
+        }
+    }
+    let ctl = root.join("profiler-ctl/src");
+    let graph = file_graph(&ctl, &["crate::"]);
+    checked += graph.len();
+    if let Some(c) = cycle(&graph) {
+        panic!("profiler-ctl/src: a circle of imports: {}", c.join(" -> "));
+    }
+    assert!(checked > 30, "only {checked} files read");
+}
