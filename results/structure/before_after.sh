@@ -28,10 +28,18 @@ declare -A cmds=(
   [xz]="/usr/bin/xz -c -6 $work/input"
 )
 cpu() { # prints user+sys seconds of one run of "$@" (env first)
-  local t; t=$( { /usr/bin/time -f '%U %S' env "$@" >/dev/null 2>/dev/null; } 2>&1 | tail -1)
-  awk -v t="$t" 'BEGIN{split(t,a," "); printf "%.4f\n", a[1]+a[2]}'
+  /usr/bin/time -o "$work/time" -f '%U %S' env "$@" >/dev/null 2>&1 || true
+  awk '{printf "%.4f\n", $1 + $2}' "$work/time"
 }
-echo "workload,mode,round,native_s,before_s,after_s"
+# Verify mode's checks of the emulator, from a run's summary.json:
+# "checked/wrong" (wrong = mismatched transfers + mismatched registers).
+verified() {
+  python3 -c 'import json,sys
+c=json.load(open(sys.argv[1]))
+print("%d/%d" % (c.get("verify_checked", c.get("dataflow_verified", 0)),
+  c.get("verify_mismatches", c.get("dataflow_mismatches", 0)) + c.get("verify_register_mismatches", 0)))' "$1/summary.json" 2>/dev/null || echo "-"
+}
+echo "workload,mode,round,native_s,before_s,after_s,before_verified,after_verified"
 for w in sqlite python3 xz; do
   for mode in paper verify emulate; do
     for r in $(seq 1 "$rounds"); do
@@ -39,8 +47,10 @@ for w in sqlite python3 xz; do
       common=(BREAKDANCE_AUTOSTART=1 BREAKDANCE_EVENT=task-clock BREAKDANCE_PERIOD=1000000 BREAKDANCE_LOOKAHEAD=$mode)
       b=$(cpu "${common[@]}" BREAKDANCE_OUTPUT="$work/b" LD_PRELOAD="$before" ${cmds[$w]})
       a=$(cpu "${common[@]}" BREAKDANCE_OUTPUT="$work/a" LD_PRELOAD="$after" ${cmds[$w]})
+      vb=-; va=-
+      if [ "$mode" = verify ]; then vb=$(verified "$work/b"); va=$(verified "$work/a"); fi
       rm -rf "$work/a" "$work/b"
-      echo "$w,$mode,$r,$n,$b,$a"
+      echo "$w,$mode,$r,$n,$b,$a,$vb,$va"
     done
   done
 done
