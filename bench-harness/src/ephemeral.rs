@@ -128,9 +128,11 @@ pub struct Measured {
     pub site_executions: u64,
     pub cycles_none: u64,
     pub instructions_none: u64,
-    /// The flipping branch's exact taken fraction, overall and in each half
-    /// is not known per half here: overall only (flip only).
+    /// The flipping branch's exact taken fraction over the whole run (flip
+    /// only).
     pub flip_exact_bias: Option<f64>,
+    /// The exact edge profile (sanitised unit, site) → (taken, fall-through).
+    pub exact: EdgeProfile,
     pub runs: Vec<Run>,
 }
 
@@ -359,6 +361,11 @@ fn measure_one(plan: &Plan, w: &Workload) -> Result<Measured> {
         bail!("{}: no conditional branch executed", w.name);
     }
     let exact_keyed = keyed(&exact);
+    progress(&format!(
+        "{}: {} sites, {site_execs} conditional-branch executions",
+        w.name,
+        exact.len()
+    ));
     // The flipping branch: the most executed site whose exact bias is
     // between 30% and 70%.
     let flip_site = (w.name == "flip")
@@ -476,6 +483,7 @@ fn measure_one(plan: &Plan, w: &Workload) -> Result<Measured> {
         cycles_none,
         instructions_none: base.instructions,
         flip_exact_bias: flip_site.map(|f| f.1),
+        exact,
         runs,
     })
 }
