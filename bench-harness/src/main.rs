@@ -61,7 +61,7 @@ options:
   --layouts N    interferometry: layouts per workload (default 100, --quick 6;
                  at least 3)
   --epoch N      ephemeral: re-hook every N emulated instructions (default
-                 100000)";
+                 100000; another value writes to results/ephemeral/epoch-N)";
 
 /// Options shared by every experiment.
 pub struct Options {
@@ -159,7 +159,11 @@ fn ephemeral_experiment(opts: &Options) -> Result<usize> {
         timing: brr::timing::Config::default(),
     };
     let results = ephemeral::measure(&plan)?;
-    let out = opts.results.join("ephemeral");
+    // A non-default epoch goes to a subdirectory, beside the default run.
+    let mut out = opts.results.join("ephemeral");
+    if plan.epoch != ephemeral::DEFAULT_EPOCH {
+        out = out.join(format!("epoch-{}", plan.epoch));
+    }
     ephemeral::write(&plan, &results, &out, opts.quick)?;
     eprintln!("[ephemeral] results in {}", out.display());
     Ok(0)
