@@ -177,7 +177,7 @@ impl Process {
         }
         self.signals_delivered += 1;
         let regs = &mut self.machine.guest.regs;
-        self.timer.saved.push(regs.clone());
+        self.timer.saved.push(*regs);
         let sp = ((regs.gpr(gpr::RSP) - 128) & !15) - 8;
         self.machine
             .guest
