@@ -189,7 +189,11 @@ pub fn edge_flows(proc: &Procedure, p_taken: &HashMap<usize, f64>) -> Vec<(usize
         let next = (b + 1 < n).then_some(b + 1);
         match e {
             Exit::Cond { site, taken } => {
-                let p = p_taken.get(site).copied().unwrap_or(0.5).clamp(1e-9, 1.0 - 1e-9);
+                let p = p_taken
+                    .get(site)
+                    .copied()
+                    .unwrap_or(0.5)
+                    .clamp(1e-9, 1.0 - 1e-9);
                 add(b, *taken, p);
                 add(b, next, 1.0 - p);
             }
@@ -211,7 +215,11 @@ pub fn edge_flows(proc: &Procedure, p_taken: &HashMap<usize, f64>) -> Vec<(usize
         .enumerate()
         .filter_map(|(b, e)| match e {
             Exit::Cond { site, .. } => {
-                let p = p_taken.get(site).copied().unwrap_or(0.5).clamp(1e-9, 1.0 - 1e-9);
+                let p = p_taken
+                    .get(site)
+                    .copied()
+                    .unwrap_or(0.5)
+                    .clamp(1e-9, 1.0 - 1e-9);
                 let visits = v[b].max(0.0);
                 Some((*site, visits * p, visits * (1.0 - p)))
             }
