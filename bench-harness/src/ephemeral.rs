@@ -559,7 +559,7 @@ fn findings(plan: &Plan, results: &[Measured]) -> String {
             .iter()
             .filter(|r| r.scheme.parameter() <= 1000)
             .filter_map(|r| pct(r))
-            .filter(|v| (0.0..=4.0).contains(v))
+            .filter(|v| (0.7..=4.0).contains(v))
             .count();
         let _ = writeln!(
             s,
