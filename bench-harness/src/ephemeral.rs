@@ -651,12 +651,20 @@ pub fn write(plan: &Plan, results: &[Measured], out: &Path, quick: bool) -> Resu
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let ticks: Vec<u64> = results
+        .iter()
+        .flat_map(|m| m.runs.iter())
+        .filter(|r| matches!(r.scheme, Scheme::Ephemeral { rehook: true, .. }))
+        .map(|r| r.ticks)
+        .collect();
     let _ = writeln!(
         md,
         "The epoch: the paper used 10 ms on a 21164, millions of instructions, over runs of \
          billions; the runs here are 10^7–10^8 instructions, so the epoch is scaled down to \
-         {} instructions to keep the number of epochs per run in the hundreds.\n",
-        plan.epoch
+         {} instructions, which gives {}–{} epochs per run here.\n",
+        plan.epoch,
+        ticks.iter().min().unwrap_or(&0),
+        ticks.iter().max().unwrap_or(&0)
     );
     for m in results {
         for r in &m.runs {
