@@ -6,6 +6,7 @@
 pub mod afdo;
 pub mod callgrind;
 pub mod elf;
+pub mod ephemeral;
 pub mod llvm_text;
 pub mod overlap;
 pub mod perfscript;

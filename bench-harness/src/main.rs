@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
 const USAGE: &str =
-    "usage: bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR] [--layouts N]
+    "usage: bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR] [--layouts N] [--epoch N]
 
 experiments:
   workloads  fetch and build the third-party workloads, time them natively
@@ -47,6 +47,11 @@ experiments:
   interferometry-findings
              regenerate the Findings section of results/interferometry/
              summary.md from its fit.csv, without rerunning the layouts
+  ephemeral  ephemeral instrumentation (Traub, Schechter and Smith) in brr's
+             emulator and timing model: hooks that unhook after P executions
+             and are re-hooked every epoch, P = 10, 100, 1000, 10000, against
+             counter and brr sampling at equal overhead and equal accuracy,
+             on charclass, bzip2 and flip (a branch whose bias flips halfway)
   all        every experiment above, in order
 
 options:
@@ -54,7 +59,9 @@ options:
   --cache DIR    where sources, builds and inputs are kept (default target/workloads)
   --results DIR  where results go (default results)
   --layouts N    interferometry: layouts per workload (default 100, --quick 6;
-                 at least 3)";
+                 at least 3)
+  --epoch N      ephemeral: re-hook every N emulated instructions (default
+                 100000; another value writes to results/ephemeral/epoch-N)";
 
 /// Options shared by every experiment.
 pub struct Options {
@@ -63,6 +70,8 @@ pub struct Options {
     pub results: PathBuf,
     /// `--layouts N` (interferometry only).
     pub layouts: Option<usize>,
+    /// `--epoch N` (ephemeral only).
+    pub epoch: Option<u64>,
 }
 
 fn parse(args: &[String]) -> Result<(String, Options)> {
@@ -72,6 +81,7 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
         cache: PathBuf::from("target/workloads"),
         results: PathBuf::from("results"),
         layouts: None,
+        epoch: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -85,6 +95,15 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
                     format!("--layouts needs a whole number of at least 3, got '{v}'")
                 })?;
                 opts.layouts = Some(n);
+            }
+            "--epoch" => {
+                let v = it
+                    .next()
+                    .context("option --epoch needs a number of instructions")?;
+                let n: u64 = v.parse().ok().filter(|n| *n > 0).with_context(|| {
+                    format!("--epoch needs a positive whole number of instructions, got '{v}'")
+                })?;
+                opts.epoch = Some(n);
             }
             "--cache" | "--results" => {
                 let v = it
@@ -117,6 +136,39 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
     Ok((experiment, opts))
 }
 
+/// `bench-harness ephemeral`: builds, measures and writes results/ephemeral.
+fn ephemeral_experiment(opts: &Options) -> Result<usize> {
+    use bench_harness::ephemeral;
+    if bench_harness::tools::find("musl-gcc").is_none() {
+        bail!("musl-gcc is not on PATH: run scripts/install-deps.sh (musl-tools)");
+    }
+    let work = opts
+        .cache
+        .join("ephemeral")
+        .join(if opts.quick { "quick" } else { "full" });
+    let plan = ephemeral::Plan {
+        workloads: ephemeral::default_workloads(&opts.cache, opts.quick)?,
+        work,
+        persistences: ephemeral::PERSISTENCES.to_vec(),
+        intervals: if opts.quick {
+            vec![2, 128, 8192]
+        } else {
+            ephemeral::INTERVALS.to_vec()
+        },
+        epoch: opts.epoch.unwrap_or(ephemeral::DEFAULT_EPOCH),
+        timing: brr::timing::Config::default(),
+    };
+    let results = ephemeral::measure(&plan)?;
+    // A non-default epoch goes to a subdirectory, beside the default run.
+    let mut out = opts.results.join("ephemeral");
+    if plan.epoch != ephemeral::DEFAULT_EPOCH {
+        out = out.join(format!("epoch-{}", plan.epoch));
+    }
+    ephemeral::write(&plan, &results, &out, opts.quick)?;
+    eprintln!("[ephemeral] results in {}", out.display());
+    Ok(0)
+}
+
 /// Runs one experiment; returns how many steps failed.
 fn run(experiment: &str, opts: &Options) -> Result<usize> {
     match experiment {
@@ -130,6 +182,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "levels" => levels::run(opts),
         "interferometry" => interferometry::run(opts),
         "interferometry-findings" => interferometry::refresh_findings(opts),
+        "ephemeral" => ephemeral_experiment(opts),
         "brr" => {
             let dir = opts.results.join("brr");
             std::fs::create_dir_all(&dir)

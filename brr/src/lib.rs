@@ -8,6 +8,7 @@ pub mod encoding;
 pub mod experiment;
 pub mod instrument;
 pub mod lfsr;
+pub mod markov;
 pub mod profile;
 pub mod timing;
 pub mod workload;

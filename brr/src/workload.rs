@@ -200,6 +200,18 @@ pub fn build_instrumented(
         .arg("-o")
         .arg(&rt_obj))?;
     objs.push(rt_obj);
+    if variant == Variant::Ephemeral {
+        let src = work.join("eph_rt.c");
+        std::fs::write(&src, crate::instrument::EPHEMERAL_RUNTIME_C)
+            .with_context(|| format!("cannot write {}", src.display()))?;
+        let obj = work.join("eph_rt.o");
+        run(Command::new("musl-gcc")
+            .args(["-O2", "-c"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj))?;
+        objs.push(obj);
+    }
     if let Variant::Brr { .. } = variant {
         // The SIGILL handler lets the same binary run natively.
         let sig = work.join("brr_sigill.c");

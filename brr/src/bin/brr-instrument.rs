@@ -13,6 +13,7 @@ USAGE:
     brr-instrument --variant VARIANT [--interval N] [-o OUT.s] [--sites SITES.txt] INPUT.s
     brr-instrument --runtime > edge_rt.c
     brr-instrument --sigill-runtime > brr_sigill.c
+    brr-instrument --ephemeral-runtime > eph_rt.c
 
 VARIANTS:
     none      unchanged code; a marker symbol __brr_site_<unit>_<i> at each jcc
@@ -22,6 +23,12 @@ VARIANTS:
               records the edge taken
     brr       branch-on-random sampling (Figure 8): `brr log2(N)-1, stub` before
               each jcc, recording code out of line, taken 1 time in N on average
+    ephemeral ephemeral instrumentation (Traub, Schechter and Smith): each jcc
+              in its 6-byte rel32 form, hooked at start-up by a jmp to a
+              stub that counts the edge; after $BRR_EPH_P executions
+              (default 1000) the stub writes the jcc back; a timer signal
+              (ITIMER_VIRTUAL, $BRR_EPH_EPOCH_US, default 10000) re-hooks
+              every unhooked site. Link with --ephemeral-runtime as well.
     N (--interval) is a power of two, 2 ... 65536, for counter and brr.
 
 Link the program with the runtime (`--runtime` prints its C source; compile it
@@ -33,7 +40,7 @@ handler emulates it with a thread-local LFSR seeded from $BRR_SEED (default 1,
 the same outcomes as `brr-run --seed 1`).
 
 OPTIONS:
-    --variant V     none, full, counter or brr
+    --variant V     none, full, counter, brr or ephemeral
     --interval N    sampling interval for counter and brr
     --unit NAME     unit name in the output (default: the input's file name)
     -o OUT          output file (default: standard output)
@@ -41,6 +48,8 @@ OPTIONS:
     --runtime       print the edge runtime's C source and exit
     --sigill-runtime
                     print the SIGILL handler's C source and exit
+    --ephemeral-runtime
+                    print the ephemeral variant's runtime (hooking, timer) and exit
     -h, --help      this text
 ";
 
@@ -70,6 +79,10 @@ fn real_main() -> Result<()> {
                 print!("{}", brr::instrument::sigill_runtime_c());
                 return Ok(());
             }
+            "--ephemeral-runtime" => {
+                print!("{}", brr::instrument::EPHEMERAL_RUNTIME_C);
+                return Ok(());
+            }
             "--variant" => variant = Some(value("--variant")?),
             "--interval" => {
                 let v = value("--interval")?;
@@ -86,7 +99,7 @@ fn real_main() -> Result<()> {
             _ => input = Some(PathBuf::from(a)),
         }
     }
-    let variant = variant.context("--variant is required (none, full, counter, brr)")?;
+    let variant = variant.context("--variant is required (none, full, counter, brr, ephemeral)")?;
     let variant = Variant::parse(&variant, interval).map_err(anyhow::Error::msg)?;
     let input = input.context("no input assembly file given (see --help)")?;
     let text = std::fs::read_to_string(&input)

@@ -41,8 +41,15 @@ OPTIONS:
                                     target or a return: CPI without
                                     misprediction cost (BTB misses of direct
                                     jumps still cost a decode redirect)
-    --stats           print instructions, time, MIPS and brr counts to stderr,
-                      and the CPU model emulated (this machine's, measured)
+    --epoch N         the guest's interval timer (setitimer, any of the three
+                      timers) fires every N retired instructions, whatever
+                      period the guest asked for (default: a requested
+                      microsecond counts as 1000 instructions). The handler
+                      installed with sigaction runs like a signal handler
+    --stats           print instructions, time, MIPS, brr counts, stores into
+                      executable memory and timer signals delivered to
+                      stderr, and the CPU model emulated (this machine's,
+                      measured)
     -h, --help        this text
 ";
 
@@ -62,6 +69,7 @@ fn real_main() -> Result<i32> {
     let mut env = Vec::new();
     let mut limit = 1_000_000_000_000u64;
     let mut stats = false;
+    let mut epoch: Option<u64> = None;
     let mut timing: Option<PathBuf> = None;
     let mut predictor: Option<brr::timing::PredictorKind> = None;
     let mut program: Vec<String> = Vec::new();
@@ -76,6 +84,12 @@ fn real_main() -> Result<i32> {
             "--env" => env.push(value("--env")?),
             "--limit" => limit = value("--limit")?.parse().context("--limit: not a number")?,
             "--stats" => stats = true,
+            "--epoch" => {
+                let v = value("--epoch")?;
+                epoch = Some(v.parse().ok().filter(|&n: &u64| n > 0).with_context(|| {
+                    format!("--epoch needs a positive number of instructions, got '{v}'")
+                })?)
+            }
             "--timing" => timing = Some(PathBuf::from(value("--timing")?)),
             "--predictor" => {
                 predictor = Some(
@@ -102,6 +116,7 @@ fn real_main() -> Result<i32> {
         bail!("no program given (see --help)");
     };
     let mut process = Process::load(&path, &program, &env, seed)?;
+    process.epoch = epoch;
     let start = Instant::now();
     let status = match &timing {
         Some(path) => {
@@ -128,6 +143,10 @@ fn real_main() -> Result<i32> {
             g.brr_executed,
             g.brr_taken,
             status
+        );
+        eprintln!(
+            "brr-run: {} stores into executable memory, {} timer signals delivered",
+            m.code_writes, process.signals_delivered
         );
         eprintln!(
             "brr-run: emulated CPU model: {}",

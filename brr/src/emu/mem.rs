@@ -44,6 +44,11 @@ impl Region {
 pub struct GuestMemory {
     regions: Vec<Region>,
     last: usize,
+    /// Bytes of executable memory written since the machine last looked
+    /// (`take_code_write`): the union of the written ranges.
+    code_written: Option<(u64, u64)>,
+    /// Stores (and string-store steps) that hit executable memory.
+    pub code_stores: u64,
 }
 
 impl GuestMemory {
@@ -120,14 +125,35 @@ impl GuestMemory {
         self.last = 0;
     }
 
-    /// Changes the rights of whole regions inside `start..start+len`.
-    pub fn protect(&mut self, start: u64, len: u64, prot: Prot) {
+    /// Changes the rights of every region that `start..start+len`
+    /// overlaps (regions are not split: a program segment changes as a
+    /// whole). Returns whether any of them was or becomes executable.
+    pub fn protect(&mut self, start: u64, len: u64, prot: Prot) -> bool {
         let end = start.saturating_add(len);
+        let mut code = false;
         for r in &mut self.regions {
-            if start <= r.start && r.end() <= end {
+            if r.start < end && start < r.end() {
+                code |= r.prot.exec || prot.exec;
                 r.prot = prot;
             }
         }
+        code
+    }
+
+    /// The executable bytes written since the last call, if any.
+    #[inline(always)]
+    pub fn take_code_write(&mut self) -> Option<(u64, u64)> {
+        self.code_written.take()
+    }
+
+    #[cold]
+    fn note_code_write(&mut self, addr: u64, len: usize) {
+        let end = addr + len as u64;
+        self.code_stores += 1;
+        self.code_written = Some(match self.code_written {
+            Some((a, b)) => (a.min(addr), b.max(end)),
+            None => (addr, end),
+        });
     }
 
     /// Grows or shrinks the region starting at `start` to `len` bytes.
@@ -241,6 +267,9 @@ impl Memory for GuestMemory {
     fn store(&mut self, addr: u64, size: usize, value: u64) -> Result<(), MemError> {
         let (r, off) = self.accessible(addr, size, true)?;
         r.data[off..off + size].copy_from_slice(&value.to_le_bytes()[..size]);
+        if r.prot.exec {
+            self.note_code_write(addr, size);
+        }
         Ok(())
     }
 
@@ -257,6 +286,9 @@ impl Memory for GuestMemory {
     fn store_bytes(&mut self, addr: u64, buf: &[u8]) -> Result<(), MemError> {
         let (r, off) = self.accessible(addr, buf.len(), true)?;
         r.data[off..off + buf.len()].copy_from_slice(buf);
+        if r.prot.exec {
+            self.note_code_write(addr, buf.len());
+        }
         Ok(())
     }
 

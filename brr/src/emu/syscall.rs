@@ -1,7 +1,9 @@
 //! A Linux process around the machine: program loading and the system-call
 //! layer. File descriptors are the host's own (the guest's stdout is the
 //! emulator's stdout); memory calls act on guest memory; signal calls are
-//! accepted and ignored because the emulator never delivers signals.
+//! accepted and ignored, except the timer signals: `setitimer` arms an
+//! interval timer counted in retired instructions whose handler runs like a
+//! signal handler (see `Timer`).
 
 use super::elf::{self, Image};
 use super::machine::Machine;
@@ -58,7 +60,34 @@ pub struct Process {
     pub syscalls: u64,
     /// Host descriptors behind the guest's 0, 1 and 2 (default: the same).
     pub stdio: [i32; 3],
+    /// The epoch timer's period in retired instructions, replacing the
+    /// period the guest asks `setitimer` for (`brr-run --epoch N`). Without
+    /// it a requested microsecond counts as 1000 instructions.
+    pub epoch: Option<u64>,
+    /// Timer signals delivered to the guest's handler.
+    pub signals_delivered: u64,
+    timer: Timer,
 }
+
+/// The guest's interval timer and the handler it runs. Delivery is like a
+/// signal's: at an instruction boundary the registers are saved (by the
+/// emulator, not on the guest stack), the handler is called with the
+/// signal number on a stack below the red zone and returns through its
+/// restorer to `rt_sigreturn`, which restores them.
+#[derive(Debug, Default)]
+struct Timer {
+    /// Handler and restorer per timer signal (SIGALRM, SIGVTALRM, SIGPROF).
+    handlers: [Option<(u64, u64)>; 3],
+    /// (signal, period in instructions), when armed.
+    armed: Option<(u32, u64)>,
+    next: u64,
+    /// Interrupted states, innermost last.
+    saved: Vec<CpuState>,
+}
+
+const TIMER_SIGNALS: [u32; 3] = [14, 26, 27];
+const SIG_DFL: u64 = 0;
+const SIG_IGN: u64 = 1;
 
 impl Process {
     /// Loads `path` and prepares the stack for `args` (args[0] is the
@@ -91,6 +120,9 @@ impl Process {
             mmap_next: MMAP_TOP,
             syscalls: 0,
             stdio: [0, 1, 2],
+            epoch: None,
+            signals_delivered: 0,
+            timer: Timer::default(),
         })
     }
 
@@ -112,10 +144,54 @@ impl Process {
                 }
                 Err(stop) => return Err(self.describe(stop)),
             }
+            if self.machine.icount >= self.timer.next {
+                self.tick()?;
+            }
             if self.machine.icount >= limit {
                 return Err(RunError::Limit(limit));
             }
         }
+    }
+
+    /// The timer expired: runs the guest's handler (or, for a signal whose
+    /// action is the default, ends the run as the kernel would kill it).
+    #[cold]
+    fn tick(&mut self) -> Result<(), RunError> {
+        let Some((sig, period)) = self.timer.armed else {
+            self.timer.next = u64::MAX;
+            return Ok(());
+        };
+        if !self.timer.saved.is_empty() {
+            // Still in the handler: the signal is blocked until it returns.
+            return Ok(());
+        }
+        self.timer.next = self.machine.icount + period;
+        let slot = TIMER_SIGNALS.iter().position(|&s| s == sig).unwrap_or(0);
+        let Some((handler, restorer)) = self.timer.handlers[slot] else {
+            return Err(RunError::Setup(format!(
+                "the guest was killed by timer signal {sig} (no handler installed)"
+            )));
+        };
+        if handler == SIG_IGN {
+            return Ok(());
+        }
+        self.signals_delivered += 1;
+        let regs = &mut self.machine.guest.regs;
+        self.timer.saved.push(*regs);
+        let sp = ((regs.gpr(gpr::RSP) - 128) & !15) - 8;
+        self.machine
+            .guest
+            .mem
+            .poke(sp, &restorer.to_le_bytes())
+            .map_err(|_| RunError::Setup(format!("no stack for a signal frame at {sp:#x}")))?;
+        let regs = &mut self.machine.guest.regs;
+        regs.set_gpr(gpr::RSP, sp);
+        regs.set_gpr(gpr::RDI, u64::from(sig));
+        regs.set_gpr(gpr::RSI, 0);
+        regs.set_gpr(gpr::RDX, 0);
+        regs.rflags &= !(1 << 10); // DF clear, as the kernel leaves it
+        regs.rip = handler;
+        Ok(())
     }
 
     /// Runs to exit without observing; the fast functional mode.
@@ -131,6 +207,9 @@ impl Process {
                         }
                     }
                     Err(stop) => return Err(self.describe(stop)),
+                }
+                if self.machine.icount >= self.timer.next {
+                    self.tick()?;
                 }
             }
             if self.machine.icount >= limit {
@@ -232,14 +311,26 @@ impl Process {
             262 => self.fstatat(a[0], a[1], a[2], a[3]),
             8 => host(unsafe { libc::lseek(a[0] as i32, a[1] as i64, a[2] as i32) }),
             9 => self.mmap(a[0], a[1], a[2], a[3], a[4] as i32),
-            10 => 0,
+            10 => self.mprotect(a[0], a[1], a[2]),
+            13 => self.rt_sigaction(a[0], a[1], a[2]),
+            15 => {
+                // rt_sigreturn: back to the interrupted state, rax included.
+                let Some(state) = self.timer.saved.pop() else {
+                    return Err(RunError::Setup(format!(
+                        "rt_sigreturn at {ip:#x} outside a signal handler"
+                    )));
+                };
+                self.machine.guest.regs = state;
+                return Ok(None);
+            }
+            38 => self.setitimer(a[0], a[1], a[2]),
             11 => {
                 self.unmap(a[0], a[1].div_ceil(PAGE) * PAGE);
                 0
             }
             12 => self.brk(a[0]),
             25 => self.mremap(a[0], a[1], a[2], a[3]),
-            13 | 14 | 131 => 0,
+            14 | 131 => 0,
             16 => self.ioctl(a[0], a[1], a[2]),
             21 => self.with_path(a[0], |p| {
                 host(unsafe { libc::access(p, a[1] as i32) } as i64)
@@ -280,6 +371,84 @@ impl Process {
         };
         self.machine.guest.regs.set_gpr(gpr::RAX, ret as u64);
         Ok(None)
+    }
+
+    /// mprotect: honoured for whole regions (see `GuestMemory::protect`);
+    /// decoded code in them is forgotten when execute rights change.
+    fn mprotect(&mut self, addr: u64, len: u64, prot: u64) -> i64 {
+        if addr % PAGE != 0 {
+            return -i64::from(libc::EINVAL);
+        }
+        let p = Prot {
+            read: prot & 1 != 0,
+            write: prot & 2 != 0,
+            exec: prot & 4 != 0,
+        };
+        let end = addr.saturating_add(len);
+        if self.machine.guest.mem.protect(addr, len, p) {
+            self.machine.flush_code(addr, end);
+        }
+        0
+    }
+
+    /// rt_sigaction: remembered for the timer signals, accepted and ignored
+    /// for the others (the emulator delivers no other signal).
+    fn rt_sigaction(&mut self, sig: u64, act: u64, old: u64) -> i64 {
+        let slot = TIMER_SIGNALS.iter().position(|&s| u64::from(s) == sig);
+        if old != 0 {
+            // struct k_sigaction: handler, flags, restorer, mask.
+            let mut buf = [0u8; 32];
+            if let Some((h, r)) = slot.and_then(|i| self.timer.handlers[i]) {
+                buf[..8].copy_from_slice(&h.to_le_bytes());
+                buf[16..24].copy_from_slice(&r.to_le_bytes());
+            }
+            if self.put(old, &buf) != 0 {
+                return Self::efault();
+            }
+        }
+        if let (Some(i), true) = (slot, act != 0) {
+            let mut buf = [0u8; 24];
+            if self.machine.guest.mem.peek(act, &mut buf).is_err() {
+                return Self::efault();
+            }
+            let word = |k: usize| u64::from_le_bytes(buf[8 * k..8 * k + 8].try_into().unwrap());
+            let (handler, restorer) = (word(0), word(2));
+            self.timer.handlers[i] = (handler != SIG_DFL).then_some((handler, restorer));
+        }
+        0
+    }
+
+    /// setitimer: ITIMER_REAL, ITIMER_VIRTUAL and ITIMER_PROF all count
+    /// retired instructions (see `Process::epoch`).
+    fn setitimer(&mut self, which: u64, new: u64, old: u64) -> i64 {
+        let Some(&sig) = TIMER_SIGNALS.get(which as usize) else {
+            return -i64::from(libc::EINVAL);
+        };
+        if old != 0 && self.put(old, &[0u8; 32]) != 0 {
+            return Self::efault();
+        }
+        if new == 0 {
+            return 0;
+        }
+        let mut buf = [0u8; 32];
+        if self.machine.guest.mem.peek(new, &mut buf).is_err() {
+            return Self::efault();
+        }
+        let word = |k: usize| u64::from_le_bytes(buf[8 * k..8 * k + 8].try_into().unwrap());
+        let us = |sec: u64, usec: u64| sec.saturating_mul(1_000_000).saturating_add(usec);
+        let (interval, value) = (us(word(0), word(1)), us(word(2), word(3)));
+        if value == 0 {
+            self.timer.armed = None;
+            self.timer.next = u64::MAX;
+            return 0;
+        }
+        let period = self
+            .epoch
+            .unwrap_or_else(|| interval.max(value).saturating_mul(1000))
+            .max(1);
+        self.timer.armed = Some((sig, period));
+        self.timer.next = self.machine.icount + period;
+        0
     }
 
     fn efault() -> i64 {

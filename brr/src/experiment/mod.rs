@@ -408,6 +408,7 @@ fn split(v: Variant) -> (&'static str, u32) {
         Variant::Full => ("full", 0),
         Variant::Counter { interval } => ("counter", interval),
         Variant::Brr { interval } => ("brr", interval),
+        Variant::Ephemeral => ("ephemeral", 0),
     }
 }
 

@@ -42,6 +42,13 @@ pub enum Variant {
     Brr {
         interval: u32,
     },
+    /// Ephemeral instrumentation (Traub, Schechter and Smith): every jcc is
+    /// emitted in its 6-byte rel32 form so that the runtime
+    /// (`runtime/eph_rt.c`) can overwrite it with a 5-byte `jmp` to a
+    /// per-site stub (hooking). The stub re-executes the branch, counts the
+    /// edge, and after `$BRR_EPH_P` executions writes the original bytes
+    /// back (unhooking); a timer signal re-hooks every unhooked site.
+    Ephemeral,
 }
 
 impl Variant {
@@ -64,8 +71,9 @@ impl Variant {
             "brr" => Ok(Variant::Brr {
                 interval: need(interval)?,
             }),
+            "ephemeral" => Ok(Variant::Ephemeral),
             _ => Err(format!(
-                "unknown variant '{name}' (none, full, counter, brr)"
+                "unknown variant '{name}' (none, full, counter, brr, ephemeral)"
             )),
         }
     }
@@ -77,6 +85,7 @@ impl Variant {
             Variant::Full => "full".into(),
             Variant::Counter { interval } => format!("counter-{interval}"),
             Variant::Brr { interval } => format!("brr-{interval}"),
+            Variant::Ephemeral => "ephemeral".into(),
         }
     }
 }
@@ -108,6 +117,40 @@ pub struct Rewritten {
 
 /// C source of the runtime that writes the counts at exit.
 pub const RUNTIME_C: &str = include_str!("../../runtime/edge_rt.c");
+
+/// C source of the ephemeral variant's runtime: hooking, the epoch timer
+/// and re-hooking.
+pub const EPHEMERAL_RUNTIME_C: &str = include_str!("../../runtime/eph_rt.c");
+
+/// Second opcode byte of the rel32 form (`0F 8x`) of the jcc with
+/// condition `cc`.
+pub fn jcc_rel32_opcode(cc: &str) -> Option<u8> {
+    let n = match cc {
+        "o" => 0,
+        "no" => 1,
+        "b" | "c" | "nae" => 2,
+        "nb" | "nc" | "ae" => 3,
+        "e" | "z" => 4,
+        "ne" | "nz" => 5,
+        "be" | "na" => 6,
+        "nbe" | "a" => 7,
+        "s" => 8,
+        "ns" => 9,
+        "p" | "pe" => 10,
+        "np" | "po" => 11,
+        "l" | "nge" => 12,
+        "nl" | "ge" => 13,
+        "le" | "ng" => 14,
+        "nle" | "g" => 15,
+        _ => return None,
+    };
+    Some(0x80 | n)
+}
+
+/// Bytes of one ephemeral site record in the `brr_eph` section: site
+/// address, stub address, executions left before unhooking, the original
+/// bytes, hooked flag, spare.
+pub const EPH_RECORD: usize = 48;
 
 /// C source of the SIGILL handler that runs brr natively, with the LFSR
 /// parameters of [`crate::lfsr`] filled in.
@@ -153,6 +196,7 @@ pub fn rewrite(input: &str, unit: &str, variant: Variant) -> Rewritten {
     let counts = format!("__brr_counts_{u}");
     let mut out = String::with_capacity(input.len() * 2);
     let mut stubs = String::new();
+    let mut eph_records = String::new();
     let mut sites = Vec::new();
     // Line index → text to insert before it (counter checks placed before
     // the flag-setting instruction).
@@ -204,6 +248,42 @@ pub fn rewrite(input: &str, unit: &str, variant: Variant) -> Rewritten {
             }
             Variant::Brr { .. } => {
                 let _ = write!(stubs, "{stub}:\n{}", record(""));
+            }
+            Variant::Ephemeral => {
+                // Entered by the hook's jmp with the flags of the jcc intact.
+                let rec = format!(".Lbrr_e_{u}_{index}");
+                let site = site_symbol(unit, index);
+                let unhook = |tag: &str, back: &str| {
+                    format!(
+                        ".Lbrr_uh{tag}_{u}_{index}:\n\tleaq\t-128(%rsp), %rsp\n\tpushq\t%rax\n\tpushq\t%rcx\n\
+                         \tmovq\t{rec}+24(%rip), %rax\n\tleaq\t{site}(%rip), %rcx\n\tmovl\t%eax, (%rcx)\n\
+                         \tshrq\t$32, %rax\n\tmovw\t%ax, 4(%rcx)\n\tmovq\t$0, {rec}+32(%rip)\n\
+                         \tincq\t__brr_eph_unhooks(%rip)\n\tpopq\t%rcx\n\tpopq\t%rax\n\tleaq\t128(%rsp), %rsp\n\tjmp\t{back}\n"
+                    )
+                };
+                let count = |ctr: &str, live: bool, tag: &str, exit: &str| {
+                    let (save, restore) = if live {
+                        (SAVE_FLAGS, RESTORE_FLAGS)
+                    } else {
+                        ("", "")
+                    };
+                    let back = format!(".Lbrr_rb{tag}_{u}_{index}");
+                    format!(
+                        "{save}\tincq\t{ctr}\n\tdecq\t{rec}+16(%rip)\n\tje\t.Lbrr_uh{tag}_{u}_{index}\n\
+                         {back}:\n{restore}\tjmp\t{exit}\n{}",
+                        unhook(tag, &back)
+                    )
+                };
+                let _ = write!(
+                    stubs,
+                    "{stub}:\n\tj{cc}\t{taken_rec}\n{}{taken_rec}:\n{}",
+                    count(&fall_ctr, live_fall, "f", &after),
+                    count(&taken_ctr, live_taken, "t", target)
+                );
+                let _ = write!(
+                    eph_records,
+                    "{rec}:\n\t.quad\t{site}\n\t.quad\t{stub}\n\t.quad\t0\n\t.quad\t0\n\t.quad\t0\n\t.quad\t0\n"
+                );
             }
             Variant::Counter { interval } => {
                 let check = format!("\tdecq\t__brr_countdown(%rip)\n\tje\t{stub}\n");
@@ -269,6 +349,17 @@ pub fn rewrite(input: &str, unit: &str, variant: Variant) -> Rewritten {
                         let _ = writeln!(out, "{raw_line}");
                         let _ = writeln!(out, ".Lbrr_a_{u}_{k}:");
                     }
+                    Variant::Ephemeral => {
+                        // The rel32 form, whatever the assembler would pick,
+                        // so that the hook's 5-byte jmp fits in it.
+                        let op =
+                            jcc_rel32_opcode(cc).expect("is_jcc accepts only known conditions");
+                        let _ = writeln!(
+                            out,
+                            "\t.byte\t0x0f, {op:#04x}\n\t.long\t{} - . - 4\n.Lbrr_a_{u}_{k}:",
+                            plan[k].2
+                        );
+                    }
                 }
             }
             None => {
@@ -286,6 +377,12 @@ pub fn rewrite(input: &str, unit: &str, variant: Variant) -> Rewritten {
          \t.section\tbrr_units,\"aw\",@progbits\n\t.p2align\t3\n\t.quad\t{counts}\n\t.quad\t{n}\n\t.quad\t__brr_name_{u}\n",
         16 * n.max(1)
     );
+    if variant == Variant::Ephemeral {
+        let _ = write!(
+            out,
+            "\t.section\tbrr_eph,\"aw\",@progbits\n\t.p2align\t3\n{eph_records}"
+        );
+    }
     Rewritten { text: out, sites }
 }
 
@@ -323,6 +420,7 @@ mod tests {
             Variant::Full,
             Variant::Counter { interval: 64 },
             Variant::Brr { interval: 64 },
+            Variant::Ephemeral,
         ] {
             let r = rewrite(SAMPLE, "t.s", v);
             assert_eq!(r.sites.len(), 1, "{v:?}");
@@ -352,6 +450,23 @@ mod tests {
         assert!(r.text.contains("\tbrr\t9, .Lbrr_s_t_s_0\n\tjg\t.L2\n"));
         assert_eq!(brr_freq(2), 0);
         assert_eq!(brr_freq(65536), 15);
+    }
+
+    #[test]
+    fn ephemeral_sites_are_rel32_jcc_with_a_record_and_a_stub() {
+        let r = rewrite(SAMPLE, "t.s", Variant::Ephemeral);
+        // jg is 0F 8F rel32.
+        assert!(r
+            .text
+            .contains("__brr_site_t_s_0:\n\t.byte\t0x0f, 0x8f\n\t.long\t.L2 - . - 4\n"));
+        assert!(r
+            .text
+            .contains(".Lbrr_e_t_s_0:\n\t.quad\t__brr_site_t_s_0\n"));
+        let stub = &r.text[r.text.find(".Lbrr_s_t_s_0:").unwrap()..];
+        assert!(stub.contains("decq\t.Lbrr_e_t_s_0+16(%rip)"));
+        assert!(stub.contains("movw\t%ax, 4(%rcx)"));
+        assert_eq!(jcc_rel32_opcode("e"), Some(0x84));
+        assert_eq!(jcc_rel32_opcode("nle"), Some(0x8f));
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub struct Config {
     pub forward_latency: u32,
     pub mul_latency: u32,
     pub div_latency: u32,
+    /// Cycles lost when a store writes executable memory (self-modifying
+    /// code): the pipeline is cleared after the store retires and fetch
+    /// restarts this many cycles later.
+    pub smc_penalty: u32,
 }
 
 impl Default for Config {
@@ -110,6 +114,7 @@ impl Default for Config {
             forward_latency: 4,
             mul_latency: 3,
             div_latency: 25,
+            smc_penalty: 100,
         }
     }
 }
@@ -166,6 +171,7 @@ impl Config {
                 "forward_latency" => &mut c.forward_latency,
                 "mul_latency" => &mut c.mul_latency,
                 "div_latency" => &mut c.div_latency,
+                "smc_penalty" => &mut c.smc_penalty,
                 _ => bail!("line {}: unknown key '{key}'", n + 1),
             };
             *slot = v;

@@ -68,6 +68,8 @@ pub struct Report {
     /// BTB (lookups, misses): every direct or indirect transfer and every
     /// conditional branch predicted taken looks its target up.
     pub btb: (u64, u64),
+    /// Stores into executable memory (each cost `smc_penalty`).
+    pub smc_flushes: u64,
 }
 
 impl Report {
@@ -118,6 +120,7 @@ impl Report {
             self.l1i_mpki(),
             self.btb_mpki()
         );
+        s += &format!("self-modifying-code flushes: {}\n", self.smc_flushes);
         s
     }
 }
@@ -169,6 +172,7 @@ pub struct Model {
     retire: u64,
     retired_in_cycle: u32,
     kinds: [KindCounts; 8],
+    smc_flushes: u64,
 }
 
 impl Model {
@@ -195,7 +199,23 @@ impl Model {
             retire: 0,
             retired_in_cycle: 0,
             kinds: [KindCounts::default(); 8],
+            smc_flushes: 0,
         }
+    }
+
+    /// The instruction just retired wrote executable memory `start..end`:
+    /// forgets what the model keeps per instruction address there (decoded
+    /// dependences, BTB entries) and charges `smc_penalty`: the pipeline
+    /// is cleared behind the store and fetch restarts after it.
+    pub fn code_written(&mut self, start: u64, end: u64) {
+        self.smc_flushes += 1;
+        for ip in start.saturating_sub(15)..end {
+            self.statics.remove(&ip);
+            self.btb.remove(ip);
+        }
+        self.fetch = self.fetch.max(self.retire) + u64::from(self.c.smc_penalty);
+        self.slots = 0;
+        self.last_line = u64::MAX;
     }
 
     fn analyse(&mut self, ins: &Instruction) -> Static {
@@ -445,6 +465,7 @@ impl Model {
             l1d: (self.l1d.accesses, self.l1d.misses),
             l2: (self.l2.accesses, self.l2.misses),
             btb: (self.btb_lookups, self.btb_misses),
+            smc_flushes: self.smc_flushes,
         }
     }
 }
@@ -467,9 +488,14 @@ pub fn run(
     limit: u64,
 ) -> Result<(i32, Report), crate::emu::syscall::RunError> {
     let mut model = Model::new(config);
+    let mut code_writes = process.machine.code_writes;
     let status = process.run_with(limit, |m| {
         if let Some(ins) = m.decoded(m.retired.ip) {
             model.retire(&m.retired, ins);
+        }
+        if m.code_writes != code_writes {
+            code_writes = m.code_writes;
+            model.code_written(m.last_code_write.0, m.last_code_write.1);
         }
     })?;
     Ok((status, model.report()))

@@ -190,6 +190,16 @@ impl SetAssoc {
         None
     }
 
+    /// Forgets `key` if present.
+    pub fn remove(&mut self, key: u64) {
+        let base = (key as usize & (self.sets - 1)) * self.ways;
+        for w in base..base + self.ways {
+            if self.tags[w] == key {
+                self.tags[w] = u64::MAX;
+            }
+        }
+    }
+
     /// Inserts or updates `key`, evicting the least recently used way.
     pub fn insert(&mut self, key: u64, value: u64) {
         self.clock += 1;
