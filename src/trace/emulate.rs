@@ -29,11 +29,9 @@ use crate::emulate::{context, Outcome, SegmentEnd, Validation};
 use crate::sys;
 
 use super::counters::Counters;
-use super::ends::{close_open_trace, discard_unvalidated, end_trace, make_room};
+use super::ends::{begin_trace, close_open_trace, discard_unvalidated, end_trace, make_room};
 use super::engine::{Engine, Needs, StopRegisters, Ucontext};
-use super::events::{
-    arm_breakpoint, disarm_breakpoint, rearm_sampling, top_up_breakpoint, watch_trace,
-};
+use super::events::{arm_breakpoint, disarm_breakpoint, top_up_breakpoint};
 use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
 
 pub(super) struct Emulate;
@@ -73,20 +71,10 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
         close_open_trace(t, c, TraceEnd::Aborted(AbortReason::CheckpointUnreached));
         make_room(tracer, slot, t);
     }
-    if t.buffer.is_none() {
-        t.buffer = tracer.pool.free.pop();
-    }
-    match t.buffer.as_mut() {
-        Some(b) => b.open_trace(),
-        None => {
-            Counters::bump(&c.no_free_buffer);
-            rearm_sampling(t);
-            return;
-        }
-    }
-    Counters::bump(&c.traces_started);
     // Sampling stays armed for the whole trace (see the module doc).
-    watch_trace(t);
+    if !begin_trace(tracer, slot, t) {
+        return;
+    }
     let Some(emu) = t.emu.as_mut() else {
         end_trace(
             tracer,

@@ -1,4 +1,6 @@
-//! How a trace ends, in every mode: the open trace is closed in its
+//! How a trace begins and ends, in every mode. It begins in a buffer from
+//! the pool, with sampling kept armed at the watchdog's period. It ends:
+//! the open trace is closed in its
 //! buffer with how it ended (its unvalidated entries dropped first), the
 //! breakpoint is disarmed, the buffer is swapped when it has no room for
 //! another trace, and the next sampling period starts. Async-signal-safe;
@@ -9,8 +11,30 @@ use std::sync::atomic::Ordering;
 use crate::buffer::{AbortReason, TraceEnd};
 
 use super::counters::Counters;
-use super::events::{disarm_breakpoint, resume_sampling};
+use super::events::{disarm_breakpoint, rearm_sampling, resume_sampling, watch_trace};
 use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
+
+/// Opens a trace at a sample: in the thread's buffer (a free one from the
+/// pool if it has none), counted, with sampling armed at the watchdog's
+/// period (`events::watch_trace`). False, with the next sample a whole
+/// period away, when no buffer is free (counted `no_free_buffer`).
+pub(super) fn begin_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) -> bool {
+    let c = &slot.counters;
+    if t.buffer.is_none() {
+        t.buffer = tracer.pool.free.pop();
+    }
+    match t.buffer.as_mut() {
+        Some(b) => b.open_trace(),
+        None => {
+            Counters::bump(&c.no_free_buffer);
+            rearm_sampling(t);
+            return false;
+        }
+    }
+    Counters::bump(&c.traces_started);
+    watch_trace(t);
+    true
+}
 
 /// Closes the open trace, makes sure the buffer has room for the next one
 /// (swapping it for an empty one if not: the paper's free-space check) and

@@ -3,30 +3,13 @@
 //! a transfer the walk decoded or a stop evaluated from the thread's own
 //! registers and memory.
 
-use super::engine::{Engine, Needs, Ucontext};
-use super::walk::{self, Witness};
-use super::{ThreadSlot, ThreadTrace, Tracer};
+use super::engine::Needs;
+use super::walk::Witness;
 
 pub(super) struct Paper;
 
-/// The walk's hooks, all empty.
-impl Witness for Paper {}
-
-impl Engine for Paper {
-    fn on_sample(&self, tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext) {
-        walk::on_sample(self, tracer, slot, t, uc);
-    }
-
-    fn on_breakpoint(
-        &self,
-        tracer: &Tracer,
-        slot: &ThreadSlot,
-        t: &mut ThreadTrace,
-        uc: &Ucontext,
-    ) {
-        walk::on_breakpoint(self, tracer, slot, t, uc);
-    }
-
+/// The walk's hooks, all empty; no emulator.
+impl Witness for Paper {
     fn needs(&self) -> Needs {
         Needs {
             emulator: false,

@@ -11,9 +11,9 @@ use crate::decode::RegisterFile;
 use crate::emulate::context;
 
 use super::counters::Counters;
-use super::engine::{Engine, Needs, Ucontext};
-use super::walk::{self, Witness};
-use super::{StackPointer, ThreadSlot, ThreadTrace, Tracer};
+use super::engine::{Needs, Ucontext};
+use super::walk::Witness;
+use super::{StackPointer, ThreadTrace};
 
 pub(super) struct Verify;
 
@@ -26,6 +26,13 @@ fn predict(t: &mut ThreadTrace, uc: &Ucontext) {
 }
 
 impl Witness for Verify {
+    fn needs(&self) -> Needs {
+        Needs {
+            emulator: true,
+            predictions: true,
+        }
+    }
+
     fn at_sample(&self, t: &mut ThreadTrace, uc: &Ucontext) {
         predict(t, uc);
     }
@@ -97,29 +104,6 @@ impl Witness for Verify {
         match t.predictions.as_ref().and_then(|p| p.peek()) {
             Some(p) if p.at == at => StackPointer::Exact(p.registers.gpr[4]),
             _ => walk_sp,
-        }
-    }
-}
-
-impl Engine for Verify {
-    fn on_sample(&self, tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext) {
-        walk::on_sample(self, tracer, slot, t, uc);
-    }
-
-    fn on_breakpoint(
-        &self,
-        tracer: &Tracer,
-        slot: &ThreadSlot,
-        t: &mut ThreadTrace,
-        uc: &Ucontext,
-    ) {
-        walk::on_breakpoint(self, tracer, slot, t, uc);
-    }
-
-    fn needs(&self) -> Needs {
-        Needs {
-            emulator: true,
-            predictions: true,
         }
     }
 }

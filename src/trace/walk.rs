@@ -22,16 +22,19 @@ use crate::emulate::context;
 use crate::sys;
 
 use super::counters::Counters;
-use super::ends::{close_open_trace, end_trace, make_room};
-use super::engine::{StopRegisters, Ucontext};
-use super::events::{arm_breakpoint, disarm_breakpoint, rearm_sampling, watch_trace};
+use super::ends::{begin_trace, close_open_trace, end_trace, make_room};
+use super::engine::{Engine, Needs, StopRegisters, Ucontext};
+use super::events::{arm_breakpoint, disarm_breakpoint, watch_trace};
 use super::{Awaiting, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer};
 use crate::decode::LiveCode;
 
 /// What an engine built on the walk sees of it: a hook at each point
 /// where verify checks the emulator against the thread. Every hook is
 /// called from the handler and must be async-signal-safe.
-pub(super) trait Witness {
+pub(super) trait Witness: Sync {
+    /// What a thread of this engine needs built at registration.
+    fn needs(&self) -> Needs;
+
     /// At the sample that begins a trace, from its exact state.
     fn at_sample(&self, _t: &mut ThreadTrace, _uc: &Ucontext) {}
 
@@ -59,6 +62,28 @@ pub(super) trait Witness {
     /// estimate is `walk_sp`.
     fn expected_sp(&self, _t: &ThreadTrace, _at: u64, walk_sp: StackPointer) -> StackPointer {
         walk_sp
+    }
+}
+
+/// Every walk engine is an engine: its handlers are the walk's, with its
+/// hooks.
+impl<W: Witness> Engine for W {
+    fn on_sample(&self, tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext) {
+        on_sample(self, tracer, slot, t, uc);
+    }
+
+    fn on_breakpoint(
+        &self,
+        tracer: &Tracer,
+        slot: &ThreadSlot,
+        t: &mut ThreadTrace,
+        uc: &Ucontext,
+    ) {
+        on_breakpoint(self, tracer, slot, t, uc);
+    }
+
+    fn needs(&self) -> Needs {
+        Witness::needs(self)
     }
 }
 
@@ -111,19 +136,9 @@ pub(super) fn on_sample(
         make_room(tracer, slot, t);
     }
     t.stops_since_sample = 0;
-    if t.buffer.is_none() {
-        t.buffer = tracer.pool.free.pop();
+    if !begin_trace(tracer, slot, t) {
+        return;
     }
-    match t.buffer.as_mut() {
-        Some(b) => b.open_trace(),
-        None => {
-            Counters::bump(&c.no_free_buffer);
-            rearm_sampling(t);
-            return;
-        }
-    }
-    Counters::bump(&c.traces_started);
-    watch_trace(t);
     let (pc, sp) = (regs.rip(), regs.rsp());
     w.at_sample(t, regs);
     follow(w, tracer, slot, t, pc, StackPointer::Exact(sp));
