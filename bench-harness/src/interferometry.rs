@@ -28,7 +28,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 /// Layouts per workload unless `--layouts` says otherwise.
 pub const DEFAULT_LAYOUTS: usize = 100;
@@ -263,7 +262,7 @@ fn measure(s: &Subject, work: &Path, shim: &Path, config: &Config, n: usize) -> 
         "[interferometry] {}: {n} layouts, each under the tournament and the perfect predictor",
         s.name
     );
-    parallel(&seeds, |&seed| {
+    brr::experiment::parallel(THREADS, &seeds, |&seed| {
         let exe = layout_dir.join(format!("{}-{seed}", s.name));
         link_layout(shim, &objs, seed, &exe)?;
         let symbols = text_symbols(&exe)?;
@@ -377,39 +376,6 @@ fn timed(
     let (status, report) = r.with_context(|| format!("timing run of {}", exe.display()))?;
     let bytes = std::fs::read(out).with_context(|| format!("cannot read {}", out.display()))?;
     Ok((status, report, fnv(&bytes, FNV_START)))
-}
-
-/// Maps `f` over `items` on [`THREADS`] threads, keeping the order; the
-/// first error wins.
-fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Result<R> + Sync) -> Result<Vec<R>> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<R>>>> =
-        Mutex::new((0..items.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..THREADS {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = items.get(i) else {
-                    break;
-                };
-                let r = f(item);
-                let failed = r.is_err();
-                results.lock().unwrap()[i] = Some(r);
-                if failed {
-                    // Stop handing out work; the error is reported below.
-                    next.store(items.len(), Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    let mut out = Vec::new();
-    for r in results.into_inner().unwrap() {
-        match r {
-            Some(r) => out.push(r?),
-            None => continue,
-        }
-    }
-    Ok(out)
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {

@@ -102,7 +102,7 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
             variants.push(Variant::Brr { interval: i });
         }
         variants.dedup();
-        let builds: Vec<(Variant, PathBuf)> = parallel(&variants, |&v| {
+        let builds: Vec<(Variant, PathBuf)> = parallel(THREADS, &variants, |&v| {
             let exe = workload::build_instrumented(&work, w.name, &w.sources, Compiler::Gcc, v)?;
             Ok((v, exe))
         })?;
@@ -139,7 +139,7 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
             ] {
                 jobs.push((v, alt_width));
             }
-            let all: Vec<(Variant, u32, Report)> = parallel(&jobs, |&(v, width)| {
+            let all: Vec<(Variant, u32, Report)> = parallel(THREADS, &jobs, |&(v, width)| {
                 let exe = exe_of(v);
                 let edges = work.join(format!("{}-{}-f{width}.timed.edges", w.name, v.label()));
                 let c = Config {
@@ -261,7 +261,7 @@ pub fn run(out_dir: &Path, quick: bool) -> Result<()> {
                 jobs.push((Variant::Brr { interval: i }, seed));
             }
         }
-        let results: Vec<(Variant, u64, EdgeProfile)> = parallel(&jobs, |&(v, seed)| {
+        let results: Vec<(Variant, u64, EdgeProfile)> = parallel(THREADS, &jobs, |&(v, seed)| {
             let exe = exe_of(v);
             let edges = work.join(format!("{}-{}-{seed}.edges", w.name, v.label()));
             let p = match v {
@@ -497,28 +497,39 @@ fn native_edges(exe: &Path, args: &[String], edges: &Path) -> Result<EdgeProfile
     Ok(profile::sanitise_units(&profile::read_edges(edges)?))
 }
 
-/// Maps `f` over `items` on [`THREADS`] threads, keeping the order; the
-/// first error wins.
-fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Result<R> + Sync) -> Result<Vec<R>> {
+/// Maps `f` over `items` on `threads` threads, keeping the order. The
+/// first error (in the items' order) is returned, and once a job fails no
+/// new one starts. Shared by the experiments here and bench-harness's.
+pub fn parallel<T: Sync, R: Send>(
+    threads: usize,
+    items: &[T],
+    f: impl Fn(&T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<R>>>> =
         Mutex::new((0..items.len()).map(|_| None).collect());
     std::thread::scope(|s| {
-        for _ in 0..THREADS {
+        for _ in 0..threads.max(1) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(item) = items.get(i) else {
                     break;
                 };
                 let r = f(item);
+                let failed = r.is_err();
                 results.lock().unwrap()[i] = Some(r);
+                if failed {
+                    // Stop handing out work; the error is returned below.
+                    next.store(items.len(), Ordering::Relaxed);
+                }
             });
         }
     });
-    results
-        .into_inner()
-        .unwrap()
-        .into_iter()
-        .map(|r| r.expect("every job ran"))
-        .collect()
+    // Every job before a failed one ran (jobs start in order): the first
+    // error in order is met before any job that never started.
+    let mut out = Vec::with_capacity(items.len());
+    for r in results.into_inner().unwrap().into_iter().flatten() {
+        out.push(r?);
+    }
+    Ok(out)
 }
