@@ -73,6 +73,22 @@ impl Brr {
     /// Recognises a brr that iced decoded (as `ud1 r32, [rip + rel32]`): the
     /// 8-byte form, with no prefix but the REX byte. A REX carrying X or B
     /// (which change nothing in this encoding) is accepted too.
+    /// Recognises a brr in an instruction the semantics core decoded (the
+    /// form [`Brr::from_instruction`] accepts, from what the core keeps).
+    pub fn from_insn(i: &x86_sem::Insn) -> Option<Brr> {
+        // Eight bytes with REX, UD1 r32 and a RIP-relative operand leave no
+        // room for another prefix but lock, rep, repne or a segment.
+        let plain = i.code() == Code::Ud1_r32_rm32
+            && i.len() == BRR_LEN
+            && !i.has_lock_rep_or_segment_prefix();
+        let target = i.rip_relative_address().filter(|_| plain)?;
+        let next = i.ip().wrapping_add(BRR_LEN as u64);
+        Some(Brr {
+            freq: i.gpr_operand(0)?,
+            rel32: target.wrapping_sub(next) as i32,
+        })
+    }
+
     pub fn from_instruction(i: &Instruction) -> Option<Brr> {
         let plain = i.code() == Code::Ud1_r32_rm32
             && i.len() == BRR_LEN
@@ -100,12 +116,17 @@ mod tests {
         Decoder::with_ip(64, bytes, 0x40_1000, DecoderOptions::NONE).decode()
     }
 
+    fn core_decoded(bytes: &[u8]) -> x86_sem::Insn {
+        x86_sem::Insn::decode(0x40_1000, bytes).expect("decodes")
+    }
+
     #[test]
     fn the_decoded_form_is_recognised_like_the_bytes() {
         for freq in 0..=MAX_FREQ {
             for rel32 in [0, 1, -8, i32::MAX, i32::MIN] {
                 let brr = Brr { freq, rel32 };
                 assert_eq!(Brr::from_instruction(&decoded(&brr.encode())), Some(brr));
+                assert_eq!(Brr::from_insn(&core_decoded(&brr.encode())), Some(brr));
             }
         }
         // ud1 without REX (7 bytes), with REX.W, with a register operand,
@@ -119,6 +140,7 @@ mod tests {
             &[0x0f, 0x0b, 0, 0, 0, 0, 0, 0],
         ] {
             assert_eq!(Brr::from_instruction(&decoded(bytes)), None, "{bytes:02x?}");
+            assert_eq!(Brr::from_insn(&core_decoded(bytes)), None, "{bytes:02x?}");
         }
     }
 

@@ -5,6 +5,25 @@ use crate::insn::Insn;
 use crate::mem::Memory;
 use crate::Stop;
 
+/// Where [`step`](crate::step) gets the decoded instruction at rip: a
+/// [`DecodeCache`], or an owner's own cache (the tracer shares one among a
+/// process's threads).
+pub trait InsnSource {
+    /// The instruction at `ip`, decoded from `mem` when not cached.
+    ///
+    /// # Errors
+    /// [`Stop::BadFetch`] when `ip` is not executable or the bytes there do
+    /// not decode.
+    fn lookup<M: Memory>(&mut self, ip: u64, mem: &mut M) -> Result<&Insn, Stop>;
+}
+
+impl<S: AsRef<[Insn]> + AsMut<[Insn]>> InsnSource for DecodeCache<S> {
+    #[inline(always)]
+    fn lookup<M: Memory>(&mut self, ip: u64, mem: &mut M) -> Result<&Insn, Stop> {
+        DecodeCache::lookup(self, ip, mem)
+    }
+}
+
 /// The storage length given to [`DecodeCache::new`] is not a non-zero
 /// power of two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,13 +125,7 @@ impl<S: AsRef<[Insn]> + AsMut<[Insn]>> DecodeCache<S> {
     #[cold]
     #[inline(never)]
     fn fill<M: Memory>(&mut self, slot: usize, ip: u64, mem: &mut M) -> Result<(), Stop> {
-        let mut bytes = [0u8; 15];
-        let n = mem.fetch(ip, &mut bytes).min(15);
-        if n == 0 {
-            return Err(Stop::BadFetch);
-        }
-        let insn = Insn::decode(ip, &bytes[..n]).ok_or(Stop::BadFetch)?;
-        self.entries.as_mut()[slot] = insn;
+        self.entries.as_mut()[slot] = Insn::fetch(ip, mem)?;
         Ok(())
     }
 }

@@ -1,7 +1,9 @@
 //! A decoded instruction with its operands resolved once, at decode time,
 //! into the few bytes the handlers read on every execution.
 
-use iced_x86::{Code, Decoder, DecoderOptions, Instruction, OpKind, Register};
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register,
+};
 
 use crate::address::MemOperand;
 
@@ -22,13 +24,16 @@ pub(crate) const SEG_NONE: u8 = 0;
 pub(crate) const SEG_FS: u8 = 1;
 pub(crate) const SEG_GS: u8 = 2;
 
-/// One entry of the decoded-instruction cache.
+/// A decoded instruction: what a step reads, in 40 bytes.
 ///
-/// The fields a step reads come first and fill one 64-byte cache line
-/// (the struct is line-aligned); iced's full decoding follows, read only on
-/// a fill and by owners that inspect it.
+/// Compact on purpose: a signal handler runs the core after the
+/// application has evicted its data from the CPU's caches, so each step
+/// pays for the cache lines its instruction occupies. iced's full
+/// decoding is not kept; what owners need of it is resolved here
+/// ([`Insn::falls_through`], [`Insn::implicit_stack_slot`], the prefix
+/// tests).
 #[derive(Clone, Copy, Debug)]
-#[repr(C, align(64))]
+#[repr(C)]
 pub struct Insn {
     /// Address of the instruction; [`Insn::EMPTY_IP`] in an empty entry.
     pub(crate) ip: u64,
@@ -40,7 +45,7 @@ pub struct Insn {
     /// Operand slots, see [`MEM`] and friends.
     pub(crate) op: [u8; 4],
     /// The iced `Code`, indexing the dispatch table.
-    pub(crate) code: u16,
+    pub(crate) code: Code,
     pub(crate) len: u8,
     /// Base and index register numbers, or [`NONE`].
     pub(crate) base: u8,
@@ -57,8 +62,30 @@ pub struct Insn {
     /// [`ZEROING`], [`BROADCAST`], [`SAE`], and the EVEX static rounding
     /// control in bits 3–5 (see [`Insn::static_rounding`]).
     pub(crate) vflags: u8,
-    pub(crate) instr: Instruction,
+    /// [`REP`], [`REPNE`], [`LOCK`], [`SEGMENT_PREFIX`], [`RIP_RELATIVE`].
+    pub(crate) prefixes: u8,
+    /// [`FALLS_THROUGH`], [`READS_RSP_SLOT`], [`READS_RBP_SLOT`].
+    pub(crate) traits: u8,
 }
+
+/// `Insn::prefixes`: an F3 prefix (rep/repe).
+pub(crate) const REP: u8 = 1;
+/// An F2 prefix (repne).
+pub(crate) const REPNE: u8 = 2;
+/// An F0 prefix.
+pub(crate) const LOCK: u8 = 4;
+/// Any segment-override prefix (cs, ds, es, ss, fs, gs).
+pub(crate) const SEGMENT_PREFIX: u8 = 8;
+/// The memory operand is RIP- or EIP-relative (its address is folded into
+/// `disp`).
+pub(crate) const RIP_RELATIVE: u8 = 16;
+
+/// `Insn::traits`: control goes on to the next instruction.
+const FALLS_THROUGH: u8 = 1;
+/// pop, ret, popf: reads the stack slot at rsp.
+const READS_RSP_SLOT: u8 = 2;
+/// leave: reads the stack slot at rbp.
+const READS_RBP_SLOT: u8 = 4;
 
 /// EVEX {z}: elements the writemask disables are zeroed, not kept.
 pub(crate) const ZEROING: u8 = 1;
@@ -82,7 +109,7 @@ impl Insn {
             disp: 0,
             imm: 0,
             op: [NONE; 4],
-            code: Code::INVALID as u16,
+            code: Code::INVALID,
             len: 0,
             base: NONE,
             index: NONE,
@@ -91,7 +118,8 @@ impl Insn {
             addr32: false,
             kmask: 0,
             vflags: 0,
-            instr: Instruction::default(),
+            prefixes: 0,
+            traits: 0,
         }
     }
 
@@ -109,13 +137,28 @@ impl Insn {
         Some(Insn::resolve(instr))
     }
 
+    /// Reads the instruction at `ip` from `mem` (through
+    /// [`Memory::fetch`](crate::Memory::fetch)) and decodes it.
+    ///
+    /// # Errors
+    /// [`Stop::BadFetch`](crate::Stop::BadFetch) when `ip` is not
+    /// executable or the bytes there are not an instruction.
+    pub fn fetch<M: crate::Memory>(ip: u64, mem: &mut M) -> Result<Insn, crate::Stop> {
+        let mut bytes = [0u8; 15];
+        let n = mem.fetch(ip, &mut bytes).min(15);
+        if n == 0 {
+            return Err(crate::Stop::BadFetch);
+        }
+        Insn::decode(ip, &bytes[..n]).ok_or(crate::Stop::BadFetch)
+    }
+
     /// Resolves the operands of a decoded instruction.
     #[must_use]
     pub fn resolve(instr: Instruction) -> Insn {
         let mut insn = Insn::empty();
         insn.ip = instr.ip();
         insn.len = instr.len() as u8;
-        insn.code = instr.code() as u16;
+        insn.code = instr.code();
         for n in 0..instr.op_count().min(4) {
             insn.op[n as usize] = match instr.op_kind(n) {
                 OpKind::Register => register_slot(instr.op_register(n)),
@@ -167,7 +210,17 @@ impl Insn {
             Register::GS => SEG_GS,
             _ => SEG_NONE,
         };
-        insn.instr = instr;
+        insn.prefixes = (u8::from(instr.has_rep_prefix()) * REP)
+            | (u8::from(instr.has_repne_prefix()) * REPNE)
+            | (u8::from(instr.has_lock_prefix()) * LOCK)
+            | (u8::from(instr.segment_prefix() != Register::None) * SEGMENT_PREFIX)
+            | (u8::from(instr.is_ip_rel_memory_operand()) * RIP_RELATIVE);
+        insn.traits = (u8::from(instr.flow_control() == FlowControl::Next) * FALLS_THROUGH)
+            | match instr.mnemonic() {
+                Mnemonic::Pop | Mnemonic::Ret | Mnemonic::Popfq => READS_RSP_SLOT,
+                Mnemonic::Leave => READS_RBP_SLOT,
+                _ => 0,
+            };
         insn
     }
 
@@ -192,11 +245,64 @@ impl Insn {
         self.len == 0
     }
 
-    /// The instruction as iced decoded it.
+    /// Whether control goes on to the next instruction (iced's
+    /// `FlowControl::Next`): not a branch, call, return, interrupt or
+    /// exception.
     #[must_use]
     #[inline]
-    pub fn instruction(&self) -> &Instruction {
-        &self.instr
+    pub fn falls_through(&self) -> bool {
+        self.traits & FALLS_THROUGH != 0
+    }
+
+    /// The register (4, rsp; 5, rbp) whose stack slot the instruction
+    /// reads implicitly: pop, ret and popf read [rsp], leave reads [rbp].
+    #[must_use]
+    #[inline]
+    pub fn implicit_stack_slot(&self) -> Option<u8> {
+        if self.traits & READS_RSP_SLOT != 0 {
+            Some(4)
+        } else if self.traits & READS_RBP_SLOT != 0 {
+            Some(5)
+        } else {
+            None
+        }
+    }
+
+    /// Operand `n`'s general-purpose register number (0–15), if it is one.
+    #[must_use]
+    #[inline]
+    pub fn gpr_operand(&self, n: usize) -> Option<u8> {
+        self.op.get(n).copied().filter(|&slot| slot < HIGH8)
+    }
+
+    /// The address of a RIP-relative memory operand (computed from the end
+    /// of the instruction), or `None` when the operand is not RIP-relative.
+    #[must_use]
+    #[inline]
+    pub fn rip_relative_address(&self) -> Option<u64> {
+        (self.prefixes & RIP_RELATIVE != 0).then_some(self.disp)
+    }
+
+    /// Whether any of the lock, rep, repne or segment-override prefixes is
+    /// present.
+    #[must_use]
+    #[inline]
+    pub fn has_lock_rep_or_segment_prefix(&self) -> bool {
+        self.prefixes & (REP | REPNE | LOCK | SEGMENT_PREFIX) != 0
+    }
+
+    /// An F3 (rep/repe) prefix.
+    #[must_use]
+    #[inline]
+    pub(crate) fn has_rep(&self) -> bool {
+        self.prefixes & REP != 0
+    }
+
+    /// An F2 (repne) prefix.
+    #[must_use]
+    #[inline]
+    pub(crate) fn has_repne(&self) -> bool {
+        self.prefixes & REPNE != 0
     }
 
     /// The EVEX static rounding control ({rn-sae} … {rz-sae}) in MXCSR's
@@ -214,7 +320,7 @@ impl Insn {
     #[must_use]
     #[inline]
     pub fn code(&self) -> Code {
-        self.instr.code()
+        self.code
     }
 }
 
@@ -271,9 +377,33 @@ mod tests {
     }
 
     #[test]
-    fn the_step_fields_fill_one_cache_line() {
-        assert_eq!(core::mem::offset_of!(Insn, instr), 40);
-        assert_eq!(align_of::<Insn>(), 64);
+    fn an_instruction_is_forty_bytes() {
+        assert_eq!(size_of::<Insn>(), 40);
+        assert_eq!(align_of::<Insn>(), 8);
+    }
+
+    #[test]
+    fn traits_and_prefixes_resolve() {
+        // pop rbx; ret; leave; mov eax, ebx; jmp $; call rel32
+        assert_eq!(resolve(&[0x5b], 0).implicit_stack_slot(), Some(4));
+        assert_eq!(resolve(&[0xc3], 0).implicit_stack_slot(), Some(4));
+        assert_eq!(resolve(&[0xc9], 0).implicit_stack_slot(), Some(5));
+        assert_eq!(resolve(&[0x89, 0xd8], 0).implicit_stack_slot(), None);
+        assert!(resolve(&[0x89, 0xd8], 0).falls_through());
+        assert!(!resolve(&[0xeb, 0xfe], 0).falls_through());
+        assert!(!resolve(&[0xe8, 0, 0, 0, 0], 0).falls_through());
+        // rep movsb, repne scasb, lock add [rax], ecx, fs: mov eax, [rax]
+        assert!(resolve(&[0xf3, 0xa4], 0).has_rep());
+        assert!(resolve(&[0xf2, 0xae], 0).has_repne());
+        assert!(resolve(&[0xf0, 0x01, 0x08], 0).has_lock_rep_or_segment_prefix());
+        assert!(resolve(&[0x64, 0x8b, 0x00], 0).has_lock_rep_or_segment_prefix());
+        assert!(!resolve(&[0x8b, 0x00], 0).has_lock_rep_or_segment_prefix());
+        // mov eax, [rip + 0x10] at 0x1000 (6 bytes): 0x1016; [rax + 0x10] is not.
+        let i = resolve(&[0x8b, 0x05, 0x10, 0, 0, 0], 0x1000);
+        assert_eq!(i.rip_relative_address(), Some(0x1016));
+        assert_eq!(resolve(&[0x8b, 0x40, 0x10], 0).rip_relative_address(), None);
+        assert_eq!(i.gpr_operand(0), Some(0));
+        assert_eq!(i.gpr_operand(1), None);
     }
 
     #[test]

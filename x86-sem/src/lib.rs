@@ -100,7 +100,7 @@ mod step;
 mod table;
 
 pub use address::{condition_holds, MemOperand, SegmentBase};
-pub use cache::{CacheSizeError, DecodeCache};
+pub use cache::{CacheSizeError, DecodeCache, InsnSource};
 pub use insn::Insn;
 pub use mem::{MemError, Memory, NoMemory};
 pub use model::{xcr0, Addr32Rep, BitScanZero, CpuModel, Quirks, Vendor};

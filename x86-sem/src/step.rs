@@ -1,8 +1,7 @@
 //! One instruction: fetch through the cache, dispatch through the table,
 //! and what came of it.
 
-use crate::cache::DecodeCache;
-use crate::insn::Insn;
+use crate::cache::InsnSource;
 use crate::mem::{MemError, Memory};
 use crate::regs::Registers;
 use crate::table::Table;
@@ -175,10 +174,10 @@ impl From<MemError> for Stop {
 /// # Errors
 /// A [`Stop`], with the registers as before the instruction.
 #[inline]
-pub fn step<X: Machine, S: AsRef<[Insn]> + AsMut<[Insn]>>(
+pub fn step<X: Machine, C: InsnSource + ?Sized>(
     x: &mut X,
     table: &Table<X>,
-    cache: &mut DecodeCache<S>,
+    cache: &mut C,
 ) -> Result<Retired, Stop> {
     let mut r = Retired::default();
     step_into(x, table, cache, &mut r)?;
@@ -190,10 +189,10 @@ pub fn step<X: Machine, S: AsRef<[Insn]> + AsMut<[Insn]>>(
 /// # Errors
 /// A [`Stop`], with the registers as before the instruction.
 #[inline(always)]
-pub fn step_into<X: Machine, S: AsRef<[Insn]> + AsMut<[Insn]>>(
+pub fn step_into<X: Machine, C: InsnSource + ?Sized>(
     x: &mut X,
     table: &Table<X>,
-    cache: &mut DecodeCache<S>,
+    cache: &mut C,
     r: &mut Retired,
 ) -> Result<(), Stop> {
     let ip = x.regs().rip();
@@ -204,7 +203,7 @@ pub fn step_into<X: Machine, S: AsRef<[Insn]> + AsMut<[Insn]>>(
         next_rip: ip.wrapping_add(u64::from(insn.len)),
         ..Retired::default()
     };
-    table.handler(insn.code)(x, insn, r)?;
+    table.handler(insn.code as u16)(x, insn, r)?;
     x.regs_mut().set_rip(r.next_rip);
     Ok(())
 }

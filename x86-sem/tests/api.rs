@@ -98,7 +98,7 @@ fn the_cache_needs_a_power_of_two_and_forgets_what_it_is_told() {
 
 /// An owner's own instruction: ud1 eax, [rip+rel32] jumps to its address.
 fn owner_jump(x: &mut Plain, insn: &Insn, r: &mut Retired) -> Result<(), Stop> {
-    let target = insn.instruction().ip_rel_memory_address();
+    let target = insn.rip_relative_address().ok_or(Stop::Trap)?;
     x.regs.gpr[1] += 1;
     r.kind = BranchKind::Other;
     r.taken = true;

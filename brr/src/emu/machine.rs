@@ -63,7 +63,7 @@ impl x86_sem::Machine for Guest {
 /// Branch-on-random (see `crate::encoding`): taken when the LFSR says so.
 /// Other UD1 forms trap, as on the CPU.
 fn branch_on_random(g: &mut Guest, insn: &Insn, r: &mut Retired) -> Result<(), Stop> {
-    let Some(brr) = Brr::from_instruction(insn.instruction()) else {
+    let Some(brr) = Brr::from_insn(insn) else {
         return Err(Stop::Trap);
     };
     let taken = g.lfsr.brr(brr.freq);
@@ -183,10 +183,17 @@ impl Machine {
         }
     }
 
-    /// The decoded instruction at `ip` if it is in the cache (the one just
-    /// retired always is).
-    pub fn decoded(&self, ip: u64) -> Option<&Instruction> {
-        self.cache.get(ip).map(Insn::instruction)
+    /// iced's full decoding of the instruction at `ip`, if it is in the
+    /// cache (the one just retired always is). Decoded again from guest
+    /// memory: the cache keeps only what a step reads.
+    pub fn decoded(&self, ip: u64) -> Option<Instruction> {
+        let len = self.cache.get(ip)?.len();
+        let mut bytes = [0u8; 15];
+        let n = self.guest.mem.peek_code(ip, &mut bytes).min(len);
+        let mut decoder =
+            iced_x86::Decoder::with_ip(64, &bytes[..n], ip, iced_x86::DecoderOptions::NONE);
+        let ins = decoder.decode();
+        (!ins.is_invalid()).then_some(ins)
     }
 
     /// Drops the decoded instructions overlapping `start..end` (after the

@@ -206,6 +206,23 @@ impl GuestMemory {
         Ok(&mut r.data[off..off + len])
     }
 
+    /// Up to 15 bytes of executable memory at `addr` (0 where it is not
+    /// executable), read without moving the region cache: for observers
+    /// that decode an instruction the machine ran.
+    pub fn peek_code(&self, addr: u64, buf: &mut [u8; 15]) -> usize {
+        let Some(r) = self
+            .regions
+            .iter()
+            .find(|r| r.prot.exec && r.start <= addr && addr < r.end())
+        else {
+            return 0;
+        };
+        let off = (addr - r.start) as usize;
+        let n = buf.len().min(r.data.len() - off);
+        buf[..n].copy_from_slice(&r.data[off..off + n]);
+        n
+    }
+
     #[inline(always)]
     fn find(&mut self, addr: u64, len: usize, write: bool) -> Result<&mut Region, MemError> {
         let end = addr.wrapping_add(len as u64);

@@ -285,10 +285,17 @@ impl Model {
 
     /// Accounts one retired instruction (`ins` is its decoding).
     pub fn retire(&mut self, r: &Retired, ins: &Instruction) {
+        self.retire_with(r, || Some(*ins));
+    }
+
+    /// [`Model::retire`], decoding the instruction (`ins`) only the first
+    /// time its address retires; one that does not decode is not counted.
+    pub fn retire_with(&mut self, r: &Retired, ins: impl FnOnce() -> Option<Instruction>) {
         let s = match self.statics.get(&r.ip) {
             Some(s) => *s,
             None => {
-                let s = self.analyse(ins);
+                let Some(ins) = ins() else { return };
+                let s = self.analyse(&ins);
                 self.statics.insert(r.ip, s);
                 s
             }
@@ -490,9 +497,7 @@ pub fn run(
     let mut model = Model::new(config);
     let mut code_writes = process.machine.code_writes;
     let status = process.run_with(limit, |m| {
-        if let Some(ins) = m.decoded(m.retired.ip) {
-            model.retire(&m.retired, ins);
-        }
+        model.retire_with(&m.retired, || m.decoded(m.retired.ip));
         if m.code_writes != code_writes {
             code_writes = m.code_writes;
             model.code_written(m.last_code_write.0, m.last_code_write.1);

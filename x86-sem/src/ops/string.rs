@@ -66,8 +66,8 @@ pub(crate) fn string_with<X: Machine, const OP: u8, const S: usize, const Q: u8>
     r: &mut Retired,
 ) -> Flow {
     let compares = OP == CMPS || OP == SCAS;
-    let repne = i.instr.has_repne_prefix();
-    let rep = i.instr.has_rep_prefix() || repne;
+    let repne = i.has_repne();
+    let rep = i.has_rep() || repne;
     let a32 = i.addr32;
     if Q == REFUSE_UPPER && a32 {
         let count = if rep { reg(x, gpr::RCX) } else { 0 };
