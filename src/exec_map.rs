@@ -19,12 +19,15 @@
 //! there (the handler blocks every asynchronous signal), so the writer's
 //! wait ends as soon as a preempted reader runs again.
 //!
-//! The generation counter invalidates the per-thread block caches when the
-//! code changes; it moves after the index, so a reader that sees a new
-//! generation also sees the table it belongs to.
+//! The generation counter invalidates the decoded code (the per-thread
+//! block caches, the emulator's shared table) when the code changes: when
+//! the layout's `code` identity differs from the last one, not at every
+//! refresh (a heap growing changes /proc/self/maps, not the code). It moves
+//! after the index, so a reader that sees a new generation also sees the
+//! table it belongs to.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Executable ranges the table holds; extra mappings are left out (their
 /// code then counts as `outside_mappings`).
@@ -42,6 +45,10 @@ pub struct MemoryLayout {
     pub exec: Vec<(u64, u64)>,
     pub rseq: Vec<(u64, u64)>,
     pub immutable: Vec<(u64, u64)>,
+    /// The code's identity: equal for two layouts whose executable
+    /// mappings hold the same code (the same files at the same offsets and
+    /// addresses).
+    pub code: u64,
 }
 
 /// One sorted array of ranges of one copy; written only while no reader is
@@ -101,6 +108,12 @@ pub struct ExecMap {
     readers: [AtomicU32; 2],
     current: AtomicUsize,
     generation: AtomicU32,
+    /// `MemoryLayout::code` of the last update; `u64::MAX`-free: see
+    /// `has_code`.
+    code: AtomicU64,
+    has_code: AtomicBool,
+    /// Moves at every update (the generation only when the code changes).
+    version: AtomicU32,
     writer: AtomicBool,
     /// Set (and the worker woken) when a trace ended outside the known
     /// mappings: code may have been loaded since the last refresh.
@@ -125,6 +138,9 @@ impl ExecMap {
             readers: [AtomicU32::new(0), AtomicU32::new(0)],
             current: AtomicUsize::new(0),
             generation: AtomicU32::new(1),
+            code: AtomicU64::new(0),
+            has_code: AtomicBool::new(false),
+            version: AtomicU32::new(0),
             writer: AtomicBool::new(false),
             refresh_wanted: AtomicU32::new(0),
         }
@@ -169,7 +185,14 @@ impl ExecMap {
             copy.immutable.store(&immutable);
         }
         self.current.store(next, Ordering::SeqCst);
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        let same_code = self.has_code.load(Ordering::Relaxed)
+            && self.code.load(Ordering::Relaxed) == layout.code;
+        if !same_code {
+            self.code.store(layout.code, Ordering::Relaxed);
+            self.has_code.store(true, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        self.version.fetch_add(1, Ordering::SeqCst);
         self.writer.store(false, Ordering::Release);
         left_out
     }
@@ -227,6 +250,32 @@ impl ExecMap {
                 .is_some_and(|(_, end)| addr.saturating_add(len) <= end)
         })
         .unwrap_or(false)
+    }
+
+    /// The stretch around `addr` over which [`ExecMap::is_immutable`]
+    /// gives one answer: `(immutable, start, end)` with `addr` in
+    /// `start..end`, valid while [`ExecMap::version`] stays. `None` when the
+    /// table kept changing.
+    pub fn immutable_stretch(&self, addr: u64) -> Option<(bool, u64, u64)> {
+        // SAFETY: inside `read`, counted in the current copy.
+        self.read(|m| {
+            let ranges = unsafe { m.immutable.get() };
+            let i = ranges.partition_point(|&(start, _)| start <= addr);
+            let before = i.checked_sub(1).map(|j| ranges[j]);
+            match before {
+                Some((start, end)) if addr < end => (true, start, end),
+                _ => {
+                    let lo = before.map_or(0, |(_, end)| end);
+                    let hi = ranges.get(i).map_or(u64::MAX, |&(start, _)| start);
+                    (false, lo, hi)
+                }
+            }
+        })
+    }
+
+    /// Moves at every update of the table.
+    pub fn version(&self) -> u32 {
+        self.version.load(Ordering::Acquire)
     }
 
     pub fn generation(&self) -> u32 {
@@ -297,7 +346,26 @@ mod tests {
             exec: exec.to_vec(),
             rseq: rseq.to_vec(),
             immutable: immutable.to_vec(),
+            code: exec.iter().fold(7, |h, &(a, b)| h * 31 + a * 17 + b),
         }
+    }
+
+    #[test]
+    fn the_generation_moves_only_when_the_code_does() {
+        let map = ExecMap::new();
+        let code = layout(&[(0x1000, 0x2000)], &[], &[]);
+        map.update(&code);
+        let g = map.generation();
+        // A refresh for another reason (the heap grew): same code.
+        map.update(&layout(&[(0x1000, 0x2000)], &[], &[(0x5000, 0x6000)]));
+        assert_eq!(map.generation(), g);
+        // Another file mapped over the same range: another identity.
+        map.update(&MemoryLayout {
+            code: code.code + 1,
+            ..code.clone()
+        });
+        assert_ne!(map.generation(), g);
+        assert_eq!(map.range_of(0x1800), Some((0x1000, 0x2000)));
     }
 
     #[test]
@@ -318,6 +386,12 @@ mod tests {
         assert!(map.in_rseq(0x1105));
         assert!(!map.in_rseq(0x1110));
         assert!(map.is_immutable(0x5ff8, 8));
+        assert_eq!(map.immutable_stretch(0x5800), Some((true, 0x5000, 0x6000)));
+        assert_eq!(
+            map.immutable_stretch(0x6000),
+            Some((false, 0x6000, u64::MAX))
+        );
+        assert_eq!(map.immutable_stretch(0x10), Some((false, 0, 0x5000)));
         assert!(!map.is_immutable(0x5ffc, 8));
         assert!(!map.is_immutable(0x1000, 8));
     }

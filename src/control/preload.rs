@@ -157,6 +157,7 @@ extern "C" fn after_fork_in_parent() {
 extern "C" fn after_fork_in_child() {
     session::reset_after_fork();
     terminate::reset_after_fork();
+    crate::emulate::code::reset_after_fork();
     AUTOSTARTED.store(0, Ordering::Release);
     let listener = LISTENER_FD.swap(-1, Ordering::AcqRel);
     if listener >= 0 {

@@ -142,7 +142,22 @@ fn traced_modules(maps: &[modules::Mapping]) -> Vec<Module> {
 
 /// The handler's table of code, rseq sections and immutable memory.
 fn layout(mods: &[Module]) -> MemoryLayout {
+    use std::hash::{Hash, Hasher};
+    let mut code = std::collections::hash_map::DefaultHasher::new();
+    for x in mods.iter().flat_map(|m| &m.exec) {
+        (
+            x.start,
+            x.end,
+            x.offset,
+            x.dev_major,
+            x.dev_minor,
+            x.inode,
+            &x.path,
+        )
+            .hash(&mut code);
+    }
     MemoryLayout {
+        code: code.finish(),
         exec: mods
             .iter()
             .flat_map(|m| m.exec.iter().map(|x| (x.start, x.end)))
@@ -206,6 +221,7 @@ fn worker(
             });
             last_loads = loads;
         }
+        crate::emulate::code::maintain(tracer.exec.generation());
         if look {
             last_look = sys::now_ns();
             threads::sweep(tracer);

@@ -14,6 +14,7 @@
 //! per-thread [`Emulator`] is built at registration, the dispatch table
 //! once per process before any signal is armed), no locks, no formatting.
 
+pub mod code;
 pub mod context;
 pub mod memory;
 mod predict;
@@ -24,11 +25,11 @@ pub use predict::{Prediction, Predictions, MAX_PREDICTIONS};
 use std::ptr::addr_of_mut;
 use std::sync::OnceLock;
 
-use x86_sem::iced_x86::FlowControl;
-use x86_sem::{BranchKind, CpuModel, CpuState, DecodeCache, Insn, Machine, MemError, Stop, Table};
+use x86_sem::{BranchKind, CpuModel, CpuState, InsnSource, Machine, MemError, Stop, Table};
 
 use crate::buffer::{AbortReason, BranchEntry, TraceBuffer};
 use crate::exec_map::ExecMap;
+use code::Code;
 use memory::{AccessError, LiveMemory, MemoryCheck, Probe};
 use visits::Visits;
 
@@ -49,8 +50,6 @@ const RED_ZONE: u64 = 128;
 /// frames. A mapping other than the stack that close below rsp would need
 /// a stack without a guard page.
 const DEAD_STACK: u64 = 64 * 1024;
-/// Entries of each thread's decoded-instruction cache (128 bytes each).
-pub const DECODE_CACHE_ENTRIES: usize = 4096;
 
 /// The thread's real memory, read through the fault-safe load.
 struct RealMemory;
@@ -69,6 +68,9 @@ pub struct SpecMemory {
     /// The executable range last found, and the table generation it was
     /// found in: most lookups fall in the same module.
     last_range: (u64, u64, u32),
+    /// The last answer of the immutable-memory table, as (immutable,
+    /// start, end, table version): most loads fall in the same stretch.
+    last_immutable: (bool, u64, u64, u32),
     /// Instructions decoded (the decoded-instruction cache missed).
     pub decodes: u64,
     /// Reads the step being run made of memory another thread could
@@ -94,12 +96,28 @@ impl SpecMemory {
         self.last_range = (start, end, self.exec.generation());
         Some((start, end))
     }
+
+    /// Whether `[addr, addr + size)` is memory nothing can change (see
+    /// `ExecMap::is_immutable`), remembering the stretch last asked about.
+    #[inline]
+    fn is_immutable(&mut self, addr: u64, size: usize) -> bool {
+        let (immutable, start, end, version) = self.last_immutable;
+        let current = self.exec.version();
+        if !(version == current && addr >= start && addr < end) {
+            let Some((immutable, start, end)) = self.exec.immutable_stretch(addr) else {
+                return false;
+            };
+            self.last_immutable = (immutable, start, end, current);
+            return immutable && addr.saturating_add(size as u64) <= end;
+        }
+        immutable && addr.saturating_add(size as u64) <= end
+    }
 }
 
 impl x86_sem::Memory for SpecMemory {
     #[inline]
     fn load(&mut self, addr: u64, size: usize) -> Result<u64, MemError> {
-        if !(self.live.covers(addr, size) || self.exec.is_immutable(addr, size as u64)) {
+        if !(self.live.covers(addr, size) || self.is_immutable(addr, size)) {
             if self.step_mutable_reads == 0 {
                 self.step_mutable_addr = addr;
             }
@@ -175,10 +193,12 @@ fn table() -> &'static Table<SpecCpu> {
 }
 
 /// Builds everything lazy the handlers will touch (the dispatch table, the
-/// XSAVE layout), before any signal is armed.
+/// XSAVE layout, the shared decoded-code table), before any signal is
+/// armed.
 pub fn warm() {
     table();
     context::warm();
+    code::warm();
 }
 
 /// Where the taken branches of a segment go (the open trace).
@@ -289,14 +309,13 @@ struct Nth {
     prior: u32,
 }
 
-/// One traced thread's emulator: its machine, its decoded-instruction
-/// cache and the segment's visit counts. Built at registration.
+/// One traced thread's emulator: its machine, its access to the decoded
+/// code ([`code`]) and the segment's visit counts. Built at registration.
 pub struct Emulator {
     cpu: SpecCpu,
     start: CpuState,
     visits: Box<Visits>,
-    cache: DecodeCache<Box<[Insn]>>,
-    cache_generation: u32,
+    code: Code,
     /// The state predicted at the checkpoint of the last segment.
     pub predicted: CpuState,
 }
@@ -310,8 +329,7 @@ impl Emulator {
     pub fn new(exec: &'static ExecMap) -> Box<Emulator> {
         /// The register file every state starts as, written from a constant.
         const INITIAL: CpuState = CpuState::new();
-        let storage = vec![Insn::empty(); DECODE_CACHE_ENTRIES].into_boxed_slice();
-        let cache = DecodeCache::new(storage).expect("a power-of-two cache");
+        let code = Code::new();
         let mut emulator = Box::<Emulator>::new_uninit();
         let p = emulator.as_mut_ptr();
         // SAFETY: `p` points to an allocation for one Emulator; every field
@@ -323,14 +341,14 @@ impl Emulator {
                 live: LiveMemory::new(),
                 exec,
                 last_range: (0, 0, 0),
+                last_immutable: (false, 0, 0, u32::MAX),
                 decodes: 0,
                 step_mutable_reads: 0,
                 step_mutable_addr: 0,
             });
             addr_of_mut!((*p).start).write(INITIAL);
             addr_of_mut!((*p).visits).write(Visits::new());
-            addr_of_mut!((*p).cache).write(cache);
-            addr_of_mut!((*p).cache_generation).write(0);
+            addr_of_mut!((*p).code).write(code);
             addr_of_mut!((*p).predicted).write(INITIAL);
             emulator.assume_init()
         }
@@ -345,8 +363,7 @@ impl Emulator {
             cpu: SpecCpu { regs: _, mem: _ },
             start: _,
             visits: _,
-            cache: _,
-            cache_generation: _,
+            code: _,
             predicted: _,
         } = self;
     }
@@ -375,16 +392,12 @@ impl Emulator {
         }
     }
 
-    /// Readies the state from [`Emulator::state_mut`] for a run: drops
-    /// decoded instructions if the code mappings changed since the last,
-    /// and clears what the signal frame's flags do not say (no flag is
+    /// Readies the state from [`Emulator::state_mut`] for a run: enters
+    /// the decoded code of the current code mappings (see [`code`]), and
+    /// clears what the signal frame's flags do not say (no flag is
     /// undefined at a stop; RF is the kernel's, not the program's).
     fn begin(&mut self) {
-        let generation = self.cpu.mem.exec.generation();
-        if generation != self.cache_generation {
-            self.cache.flush();
-            self.cache_generation = generation;
-        }
+        self.code.enter(self.cpu.mem.exec.generation());
         self.cpu.regs.undefined = 0;
         self.cpu.regs.rflags &= !context::RF;
     }
@@ -395,6 +408,13 @@ impl Emulator {
     /// will run once without trapping.
     pub fn run(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
         self.begin();
+        let outcome = self.run_entered(sink, wanted, resumed);
+        self.code.leave();
+        outcome
+    }
+
+    /// [`Emulator::run`] between entering and leaving the decoded code.
+    fn run_entered(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
         self.start = self.cpu.regs;
         let before = sink.len();
         let mut pass = self.pass(sink, wanted, MAX_SEGMENT_INSTRUCTIONS, SegmentEnd::Continue);
@@ -542,7 +562,7 @@ impl Emulator {
             }
             let (rsp, rbp) = (self.cpu.regs.gpr[4], self.cpu.regs.gpr[5]);
             self.cpu.mem.step_mutable_reads = 0;
-            let stepped = x86_sem::step(&mut self.cpu, table, &mut self.cache);
+            let stepped = x86_sem::step(&mut self.cpu, table, &mut self.code);
             if safe && self.cpu.mem.step_mutable_reads > 0 {
                 safe = self.implicit_stack_read(pc, rsp, rbp);
             }
@@ -614,17 +634,16 @@ impl Emulator {
     /// it) were only the stack slot a pop, ret or leave reads (see
     /// `Segment::proven`).
     fn implicit_stack_read(&self, pc: u64, rsp: u64, rbp: u64) -> bool {
-        use x86_sem::iced_x86::Mnemonic;
         let mem = &self.cpu.mem;
         if mem.step_mutable_reads != 1 {
             return false;
         }
-        let Some(insn) = self.cache.get(pc) else {
+        let Some(insn) = self.code.get(pc) else {
             return false;
         };
-        let slot = match insn.instruction().mnemonic() {
-            Mnemonic::Pop | Mnemonic::Ret | Mnemonic::Popfq => rsp,
-            Mnemonic::Leave => rbp,
+        let slot = match insn.implicit_stack_slot() {
+            Some(4) => rsp,
+            Some(5) => rbp,
             _ => return false,
         };
         mem.step_mutable_addr == slot
@@ -645,12 +664,10 @@ impl Emulator {
             Stop::Opaque | Stop::Unsupported { .. } | Stop::Refused { .. } | Stop::UnknownFlags => {
                 // The CPU runs it; if it does not transfer control, the
                 // next instruction is where the state is exact again.
-                match self.cache.lookup(pc, &mut self.cpu.mem) {
-                    Ok(insn) if insn.instruction().flow_control() == FlowControl::Next => {
-                        Outcome::StepOver {
-                            next: pc + insn.len() as u64,
-                        }
-                    }
+                match self.code.lookup(pc, &mut self.cpu.mem) {
+                    Ok(insn) if insn.falls_through() => Outcome::StepOver {
+                        next: pc + insn.len() as u64,
+                    },
                     _ => Outcome::End(AbortReason::UnsupportedInstruction),
                 }
             }

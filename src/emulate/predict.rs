@@ -14,6 +14,11 @@ impl Emulator {
     /// a trace: the caller checks each prediction at a real stop.
     pub fn predict(&mut self, out: &mut Predictions) {
         self.begin();
+        self.predict_entered(out);
+        self.code.leave();
+    }
+
+    fn predict_entered(&mut self, out: &mut Predictions) {
         self.cpu.mem.live.reset();
         out.clear();
         let table = table();
@@ -22,7 +27,7 @@ impl Emulator {
                 return;
             }
             let before = Prediction::before(&self.cpu.regs);
-            match x86_sem::step(&mut self.cpu, table, &mut self.cache) {
+            match x86_sem::step(&mut self.cpu, table, &mut self.code) {
                 Ok(r) if r.kind != BranchKind::None => {
                     out.items[out.len] = Prediction {
                         next: r.next_rip,

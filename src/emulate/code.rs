@@ -1,0 +1,559 @@
+//! Decoded code, shared by the process's threads.
+//!
+//! The emulation steps through instructions the handler has usually run
+//! before, on this thread or another: SQLite's traces decode about one
+//! instruction in five afresh with a 4096-entry cache per thread, and that
+//! cache (512 KiB a thread) was cold in the CPU's caches at every sample,
+//! since the application runs between samples. Here one process-wide
+//! table holds every instruction any handler decoded, as 56-byte records in
+//! the order they were decoded, so that a block's instructions lie next to
+//! each other and a step usually reads the line its predecessor brought in:
+//!
+//! - **Records** are appended by whichever handler decodes first (a bump
+//!   allocation, the record written, then its tag published with a
+//!   release store) and never change afterwards until a reset. A reader
+//!   trusts a record only after an acquire load of its tag equal to the
+//!   address it wants.
+//! - **Finding** the record of the next instruction: the one after the
+//!   current record (its fall-through, when decoded in that order), then
+//!   the current record's `taken` hint (the other successor last seen from
+//!   there: a relaxed hint, checked by its tag), and only then the index,
+//!   an open-addressed table of record numbers filled by compare-and-swap.
+//! - **Resets** (when the records run out, or the code mappings changed:
+//!   the [`ExecMap`](crate::exec_map::ExecMap) generation moved) are made by
+//!   the worker thread in [`maintain`], never by a handler, and only when no
+//!   handler is using the table: a handler announces itself in `users`
+//!   before it reads (and checks `closed` after), the worker closes the
+//!   table before it reads `users` (both sequentially consistent, so one
+//!   sees the other). While the table is closed or of another generation,
+//!   handlers decode into their thread's small private cache.
+//!
+//! Nothing here allocates after [`warm`]; the records' pages are touched
+//! only as they fill (the allocation is zeroed lazily by the kernel).
+
+use std::alloc::{alloc_zeroed, Layout};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use x86_sem::{DecodeCache, Insn, InsnSource, Memory, Stop};
+
+/// Instructions the shared table holds until the worker resets it.
+pub const RECORDS: usize = 1 << 16;
+/// Slots of the index (twice the records: open addressing stays short).
+const INDEX_SLOTS: usize = 2 * RECORDS;
+/// Slots the index probes from an address's home before giving up.
+const PROBES: usize = 8;
+/// Entries of each thread's private cache, used while the shared table is
+/// closed or stale (40 bytes each).
+pub const PRIVATE_ENTRIES: usize = 256;
+/// No current record.
+const NO_RECORD: u32 = u32::MAX;
+/// The generation of a table no handler may use yet.
+const NO_GENERATION: u32 = u32::MAX;
+
+/// One decoded instruction.
+#[repr(C)]
+struct Record {
+    /// The instruction's address once `insn` is written (release), 0
+    /// before (no instruction starts at 0: nothing maps the zero page).
+    tag: AtomicU64,
+    /// Record number + 1 of the instruction that followed this one last
+    /// time it was not the next record (0: none); a hint, checked by the
+    /// tag it names.
+    taken: AtomicU32,
+    insn: UnsafeCell<Insn>,
+}
+
+/// The process's decoded code: see the module doc.
+pub struct SharedCode {
+    records: Box<[Record]>,
+    /// Record number + 1, 0 for an empty slot.
+    index: Box<[AtomicU32]>,
+    /// Records handed out (may pass `RECORDS` by the failed claims).
+    next: AtomicU32,
+    /// Handlers reading the table now.
+    users: AtomicU32,
+    /// The worker wants the table to itself: new handlers stay away.
+    closed: AtomicBool,
+    /// The code mappings' generation the records were decoded in.
+    generation: AtomicU32,
+    /// Times the worker emptied the table.
+    resets: AtomicU64,
+}
+
+// SAFETY: a record's `insn` is written only by the handler that claimed
+// the record (a unique number from `next`) before its tag is published,
+// and rewritten only by `maintain` when no handler can hold a reference
+// (see the module doc); every other field is atomic.
+unsafe impl Sync for SharedCode {}
+
+/// A zeroed boxed slice of `n` `T`s, for types all of whose fields are
+/// valid as zero bytes.
+///
+/// # Safety
+/// All-zero bytes must be a valid `T`.
+unsafe fn zeroed_slice<T>(n: usize) -> Box<[T]> {
+    let layout = Layout::array::<T>(n).expect("a table of a fixed size");
+    // SAFETY: the layout is non-zero (n > 0 for every caller); the memory
+    // is zeroed, which the caller vouches is a valid T, and is owned by
+    // the box made from it.
+    unsafe {
+        let p = alloc_zeroed(layout).cast::<T>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n))
+    }
+}
+
+impl SharedCode {
+    fn new() -> SharedCode {
+        SharedCode {
+            // SAFETY: a zero Record is an empty one: atomics at 0, and an
+            // Insn of zero bytes (Code 0 is INVALID; every field is plain).
+            records: unsafe { zeroed_slice::<Record>(RECORDS) },
+            // SAFETY: a zero AtomicU32 is 0.
+            index: unsafe { zeroed_slice::<AtomicU32>(INDEX_SLOTS) },
+            next: AtomicU32::new(0),
+            users: AtomicU32::new(0),
+            closed: AtomicBool::new(false),
+            generation: AtomicU32::new(NO_GENERATION),
+            resets: AtomicU64::new(0),
+        }
+    }
+
+    #[inline(always)]
+    fn home(ip: u64) -> usize {
+        (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize
+    }
+
+    /// The record number holding `ip`, if published.
+    #[inline]
+    fn find(&self, ip: u64) -> Option<u32> {
+        let home = Self::home(ip);
+        for p in 0..PROBES {
+            let v = self.index[(home + p) & (INDEX_SLOTS - 1)].load(Ordering::Acquire);
+            if v == 0 {
+                return None;
+            }
+            if self.records[v as usize - 1].tag.load(Ordering::Acquire) == ip {
+                return Some(v - 1);
+            }
+        }
+        None
+    }
+
+    /// The instruction of a published record.
+    #[inline(always)]
+    fn insn(&self, n: u32) -> &Insn {
+        // SAFETY: `n` was published (its tag was read with acquire equal
+        // to the address looked up), so its insn is written and stays
+        // unchanged while this handler is a user (module doc).
+        unsafe { &*self.records[n as usize].insn.get() }
+    }
+
+    /// Whether record `n` holds `ip` (an acquire read of its tag).
+    #[inline(always)]
+    fn holds(&self, n: u32, ip: u64) -> bool {
+        self.records
+            .get(n as usize)
+            .is_some_and(|r| r.tag.load(Ordering::Acquire) == ip)
+    }
+
+    /// Decodes the instruction at `ip` into a new record and publishes it;
+    /// `Ok(None)` when the records have run out (the worker will reset).
+    #[cold]
+    #[inline(never)]
+    fn insert<M: Memory>(&self, ip: u64, mem: &mut M) -> Result<Option<u32>, Stop> {
+        if self.next.load(Ordering::Relaxed) as usize >= RECORDS {
+            return Ok(None);
+        }
+        let insn = Insn::fetch(ip, mem)?;
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let Some(record) = self.records.get(n as usize) else {
+            return Ok(None);
+        };
+        // SAFETY: record `n` is this handler's alone (the number came from
+        // `next`), unpublished (tag 0), and no reader trusts it before the
+        // release store of its tag below.
+        unsafe { *record.insn.get() = insn };
+        record.tag.store(ip, Ordering::Release);
+        let home = Self::home(ip);
+        for p in 0..PROBES {
+            let slot = &self.index[(home + p) & (INDEX_SLOTS - 1)];
+            match slot.compare_exchange(0, n + 1, Ordering::Release, Ordering::Acquire) {
+                Ok(_) => break,
+                // Another handler published the same address first: its
+                // record serves; this one stays reachable by its hints.
+                Err(v) if self.holds(v - 1, ip) => break,
+                Err(_) => {}
+            }
+        }
+        Ok(Some(n))
+    }
+
+    /// Records in use.
+    pub fn len(&self) -> usize {
+        (self.next.load(Ordering::Relaxed) as usize).min(RECORDS)
+    }
+
+    /// Whether no record is in use.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Times the worker emptied the table.
+    pub fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Relaxed)
+    }
+}
+
+static SHARED: OnceLock<SharedCode> = OnceLock::new();
+
+/// The process's table, made on first use (in `emulate::warm`, before any
+/// signal is armed).
+pub fn shared() -> &'static SharedCode {
+    SHARED.get_or_init(SharedCode::new)
+}
+
+/// Makes the table (allocation only; its pages fill as records do).
+pub fn warm() {
+    shared();
+}
+
+/// The worker's upkeep, every pass of its loop: empties the table when its
+/// records ran out or the code mappings changed (`generation` is the
+/// current [`ExecMap`](crate::exec_map::ExecMap) generation), once no
+/// handler uses it. Until then the table stays closed and handlers decode
+/// privately.
+pub fn maintain(generation: u32) {
+    if let Some(s) = SHARED.get() {
+        s.maintain(generation);
+    }
+}
+
+impl SharedCode {
+    /// See [`maintain`]; true when the table was emptied.
+    fn maintain(&self, generation: u32) -> bool {
+        let s = self;
+        let full = s.next.load(Ordering::Relaxed) as usize >= RECORDS;
+        if !full && s.generation.load(Ordering::Relaxed) == generation {
+            return false;
+        }
+        s.closed.store(true, Ordering::SeqCst);
+        if s.users.load(Ordering::SeqCst) != 0 {
+            return false;
+        }
+        let used = s.len();
+        for slot in s.index.iter() {
+            slot.store(0, Ordering::Relaxed);
+        }
+        for r in &s.records[..used] {
+            r.tag.store(0, Ordering::Relaxed);
+            r.taken.store(0, Ordering::Relaxed);
+        }
+        s.next.store(0, Ordering::Relaxed);
+        s.generation.store(generation, Ordering::Relaxed);
+        s.resets.fetch_add(1, Ordering::Relaxed);
+        s.closed.store(false, Ordering::SeqCst);
+        true
+    }
+}
+
+/// In a forked child: handlers of threads that did not survive the fork
+/// never leave the table.
+pub fn reset_after_fork() {
+    if let Some(s) = SHARED.get() {
+        s.users.store(0, Ordering::SeqCst);
+    }
+}
+
+/// One thread's access to decoded code: the shared table between
+/// [`Code::enter`] and [`Code::leave`], else its own small cache.
+pub struct Code {
+    shared: &'static SharedCode,
+    private: DecodeCache<Box<[Insn]>>,
+    private_generation: u32,
+    /// Between enter and leave, with the shared table open to this handler.
+    entered: bool,
+    /// The record of the instruction last looked up, or [`NO_RECORD`].
+    last: u32,
+}
+
+impl Code {
+    /// A thread's access (its private cache on the heap, 10 KiB).
+    pub fn new() -> Code {
+        Code::on(shared())
+    }
+
+    fn on(shared: &'static SharedCode) -> Code {
+        let storage = vec![Insn::empty(); PRIVATE_ENTRIES].into_boxed_slice();
+        Code {
+            shared,
+            private: DecodeCache::new(storage).expect("a power-of-two cache"),
+            private_generation: NO_GENERATION,
+            entered: false,
+            last: NO_RECORD,
+        }
+    }
+
+    /// Starts a handler's use, for code mappings of `generation`.
+    pub fn enter(&mut self, generation: u32) {
+        if self.private_generation != generation {
+            self.private.flush();
+            self.private_generation = generation;
+        }
+        self.last = NO_RECORD;
+        let s = self.shared;
+        s.users.fetch_add(1, Ordering::SeqCst);
+        if s.closed.load(Ordering::SeqCst) || s.generation.load(Ordering::Relaxed) != generation {
+            s.users.fetch_sub(1, Ordering::SeqCst);
+            self.entered = false;
+        } else {
+            self.entered = true;
+        }
+    }
+
+    /// Ends it (no reference into the shared table may outlive this).
+    pub fn leave(&mut self) {
+        if self.entered {
+            self.shared.users.fetch_sub(1, Ordering::SeqCst);
+            self.entered = false;
+        }
+        self.last = NO_RECORD;
+    }
+
+    /// Whether this handler reads the shared table.
+    pub fn is_shared(&self) -> bool {
+        self.entered
+    }
+
+    /// The instruction at `ip` as last looked up (the one a step just ran),
+    /// without decoding.
+    pub fn get(&self, ip: u64) -> Option<&Insn> {
+        if self.entered && self.last != NO_RECORD && self.shared.holds(self.last, ip) {
+            return Some(self.shared.insn(self.last));
+        }
+        self.private.get(ip)
+    }
+
+    #[inline(always)]
+    fn shared_lookup<M: Memory>(&mut self, ip: u64, mem: &mut M) -> Result<Option<u32>, Stop> {
+        let s = self.shared;
+        let last = self.last;
+        if last != NO_RECORD {
+            // The record decoded after the last one (its fall-through, when
+            // it was decoded in order), then the other way out of it, as
+            // last seen.
+            let next = last.wrapping_add(1);
+            if s.holds(next, ip) {
+                return Ok(Some(next));
+            }
+            let hint = s.records[last as usize]
+                .taken
+                .load(Ordering::Relaxed)
+                .wrapping_sub(1);
+            if s.holds(hint, ip) {
+                return Ok(Some(hint));
+            }
+        }
+        let found = match s.find(ip) {
+            Some(n) => Some(n),
+            None => s.insert(ip, mem)?,
+        };
+        if let (true, Some(n)) = (last != NO_RECORD, found) {
+            s.records[last as usize]
+                .taken
+                .store(n + 1, Ordering::Relaxed);
+        }
+        Ok(found)
+    }
+}
+
+impl Default for Code {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl InsnSource for Code {
+    #[inline(always)]
+    fn lookup<M: Memory>(&mut self, ip: u64, mem: &mut M) -> Result<&Insn, Stop> {
+        if self.entered && ip != 0 {
+            if let Some(n) = self.shared_lookup(ip, mem)? {
+                self.last = n;
+                return Ok(self.shared.insn(n));
+            }
+        }
+        self.last = NO_RECORD;
+        self.private.lookup(ip, mem)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use x86_sem::MemError;
+
+    const BASE: u64 = 0x40_0000;
+
+    /// Code at BASE: a loop of `len` instructions, `inc eax` (2 bytes)
+    /// then `jmp BASE` (2 bytes), with fetches counted.
+    struct Text {
+        bytes: Vec<u8>,
+        fetches: u32,
+    }
+
+    impl Text {
+        fn new(incs: usize) -> Text {
+            let mut bytes = Vec::new();
+            for _ in 0..incs {
+                bytes.extend([0xff, 0xc0]);
+            }
+            let back = -(bytes.len() as i64 + 2);
+            bytes.extend([0xeb, back as i8 as u8]);
+            Text { bytes, fetches: 0 }
+        }
+    }
+
+    impl Memory for Text {
+        fn load(&mut self, addr: u64, _: usize) -> Result<u64, MemError> {
+            Err(MemError::Fault { addr, write: false })
+        }
+        fn store(&mut self, addr: u64, _: usize, _: u64) -> Result<(), MemError> {
+            Err(MemError::Fault { addr, write: true })
+        }
+        fn fetch(&mut self, addr: u64, buf: &mut [u8; 15]) -> usize {
+            self.fetches += 1;
+            let Some(off) = addr.checked_sub(BASE).map(|o| o as usize) else {
+                return 0;
+            };
+            let rest = self.bytes.get(off..).unwrap_or(&[]);
+            let n = rest.len().min(15);
+            buf[..n].copy_from_slice(&rest[..n]);
+            n
+        }
+    }
+
+    fn table() -> &'static SharedCode {
+        Box::leak(Box::new(SharedCode::new()))
+    }
+
+    /// Runs the loop `rounds` times through `code`, checking each address.
+    fn walk(code: &mut Code, text: &mut Text, rounds: usize) {
+        let n = text.bytes.len() as u64;
+        for _ in 0..rounds {
+            let mut ip = BASE;
+            while ip < BASE + n {
+                let insn = code.lookup(ip, text).expect("decodes");
+                assert_eq!(insn.ip(), ip);
+                ip += insn.len() as u64;
+            }
+        }
+    }
+
+    #[test]
+    fn threads_share_one_decoding_and_follow_it_without_the_index() {
+        let shared = table();
+        assert!(shared.maintain(1), "a new table opens at the first upkeep");
+        let mut a = Code::on(shared);
+        let mut text = Text::new(30);
+        a.enter(1);
+        assert!(a.is_shared());
+        walk(&mut a, &mut text, 5);
+        a.leave();
+        assert_eq!(text.fetches, 31, "each instruction decoded once");
+        assert_eq!(shared.len(), 31);
+        // Another thread finds them all decoded.
+        let mut b = Code::on(shared);
+        b.enter(1);
+        walk(&mut b, &mut text, 3);
+        b.leave();
+        assert_eq!(text.fetches, 31);
+        // With the index emptied, the fall-through order and the jump's
+        // hint alone still find every record (from the first, via the index).
+        let first = SharedCode::home(BASE) & (INDEX_SLOTS - 1);
+        for (i, slot) in shared.index.iter().enumerate() {
+            if i != first {
+                slot.store(0, Ordering::Relaxed);
+            }
+        }
+        shared.index[first].store(1, Ordering::Relaxed);
+        b.enter(1);
+        walk(&mut b, &mut text, 3);
+        b.leave();
+        assert_eq!(text.fetches, 31, "no decoding once the path is known");
+    }
+
+    #[test]
+    fn upkeep_waits_for_readers_and_new_code_goes_private_until_then() {
+        let shared = table();
+        shared.maintain(1);
+        let mut a = Code::on(shared);
+        let mut text = Text::new(4);
+        a.enter(1);
+        walk(&mut a, &mut text, 1);
+        // The code changed (generation 2) while `a` still reads.
+        assert!(!shared.maintain(2), "no reset under a reader");
+        let mut b = Code::on(shared);
+        b.enter(2);
+        assert!(!b.is_shared(), "closed: the private cache serves");
+        walk(&mut b, &mut text, 2);
+        b.leave();
+        a.leave();
+        assert!(shared.maintain(2));
+        // Two resets: the first upkeep's, and this one.
+        assert_eq!((shared.len(), shared.resets()), (0, 2));
+        b.enter(2);
+        assert!(b.is_shared());
+        walk(&mut b, &mut text, 1);
+        b.leave();
+        assert_eq!(shared.len(), 5);
+        // A thread still on the old generation never reads the new table.
+        a.enter(1);
+        assert!(!a.is_shared());
+        a.leave();
+    }
+
+    #[test]
+    fn concurrent_fills_publish_whole_instructions() {
+        let shared = table();
+        shared.maintain(1);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    let mut code = Code::on(shared);
+                    let mut text = Text::new(500);
+                    for _ in 0..20 {
+                        code.enter(1);
+                        walk(&mut code, &mut text, 2);
+                        code.leave();
+                    }
+                });
+            }
+        });
+        assert_eq!(shared.users.load(Ordering::SeqCst), 0);
+        // Every address is findable, and holds the right instruction.
+        for i in 0..=500u64 {
+            let n = shared.find(BASE + 2 * i).expect("published");
+            assert_eq!(shared.insn(n).ip(), BASE + 2 * i);
+        }
+        assert!(shared.len() <= 4 * 501);
+    }
+
+    #[test]
+    fn a_full_table_leaves_decoding_to_the_thread() {
+        let shared = table();
+        shared.maintain(1);
+        shared.next.store(RECORDS as u32, Ordering::Relaxed);
+        let mut code = Code::on(shared);
+        let mut text = Text::new(3);
+        code.enter(1);
+        walk(&mut code, &mut text, 2);
+        code.leave();
+        assert_eq!(text.fetches, 4, "the private cache keeps them");
+        assert!(shared.maintain(1), "the worker empties a full table");
+        assert_eq!(shared.len(), 0);
+    }
+}
