@@ -18,9 +18,13 @@ pub const BUFFER_ENTRIES: usize = 16_384;
 /// Trace records per buffer.
 pub const BUFFER_TRACES: usize = 4_096;
 /// Buffers made in all, for the life of the process (about 320 KiB each, so
-/// at most 320 MiB). Threads register with one or two; past the cap they
-/// share what the pool has, and samples that find none are counted.
+/// at most 320 MiB). A thread takes one at its first sample; the worker
+/// keeps a few spare plus the recent demand (`top_up`); samples that find
+/// none are counted.
 pub const MAX_BUFFERS: usize = 1_024;
+
+/// Spare buffers the worker keeps free whatever the demand.
+pub const MIN_SPARE_BUFFERS: usize = 4;
 
 /// One taken branch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -180,11 +184,11 @@ pub struct BufferPool {
     pub free: ArrayQueue<Box<TraceBuffer>>,
     pub full: ArrayQueue<Box<TraceBuffer>>,
     made: AtomicUsize,
+    /// Buffers taken from `free` (or asked for when it was empty) since the
+    /// worker's window began, and in the window before.
+    demand: AtomicUsize,
+    last_demand: AtomicUsize,
 }
-
-/// Below this many buffers, each new thread brings two (one to fill, one
-/// spare while the worker drains); above it, one.
-const GENEROUS_BELOW: usize = 64;
 
 impl BufferPool {
     pub fn new() -> BufferPool {
@@ -192,7 +196,39 @@ impl BufferPool {
             free: ArrayQueue::new(MAX_BUFFERS),
             full: ArrayQueue::new(MAX_BUFFERS),
             made: AtomicUsize::new(0),
+            demand: AtomicUsize::new(0),
+            last_demand: AtomicUsize::new(0),
         }
+    }
+
+    /// A free buffer for a thread, if any, counted as demand.
+    /// Async-signal-safe (a lock-free pop).
+    pub fn take(&self) -> Option<Box<TraceBuffer>> {
+        self.demand.fetch_add(1, Ordering::Relaxed);
+        self.free.pop()
+    }
+
+    /// How many free buffers the worker keeps: the spare plus the larger
+    /// demand of this window and the last (buffers cycle through the
+    /// worker, which empties full ones back into `free`).
+    pub fn target(&self) -> usize {
+        let demand = self
+            .demand
+            .load(Ordering::Relaxed)
+            .max(self.last_demand.load(Ordering::Relaxed));
+        MIN_SPARE_BUFFERS + demand
+    }
+
+    /// Grows `free` to the target, never past `MAX_BUFFERS` made (the
+    /// worker, the control thread; it allocates).
+    pub fn top_up(&self) -> usize {
+        self.grow(self.target().saturating_sub(self.free.len()))
+    }
+
+    /// Ends a window of demand (the worker).
+    pub fn next_window(&self) {
+        let d = self.demand.swap(0, Ordering::Relaxed);
+        self.last_demand.store(d, Ordering::Relaxed);
     }
 
     /// Adds up to `n` new buffers to the free queue, never past
@@ -214,16 +250,6 @@ impl BufferPool {
             added += 1;
         }
         added
-    }
-
-    /// Grows the pool for one more traced thread.
-    pub fn grow_for_thread(&self) -> usize {
-        let n = if self.made.load(Ordering::Acquire) < GENEROUS_BELOW {
-            2
-        } else {
-            1
-        };
-        self.grow(n)
     }
 
     pub fn made(&self) -> usize {
@@ -292,7 +318,10 @@ mod tests {
         let pool = BufferPool::new();
         assert_eq!(pool.grow(3), 3);
         assert_eq!(pool.free.len(), 3);
-        assert_eq!(pool.grow_for_thread(), 2);
+        assert_eq!(pool.top_up(), MIN_SPARE_BUFFERS - 3);
+        let taken = pool.take().expect("a spare buffer");
+        assert_eq!(pool.top_up(), 2); // one spare taken, one more asked for
+        let _ = pool.free.push(taken);
         while pool.grow(100) > 0 {}
         assert_eq!(pool.made(), MAX_BUFFERS);
         assert_eq!(pool.free.len(), MAX_BUFFERS);
