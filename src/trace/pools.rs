@@ -10,16 +10,19 @@
 //! sized by how many threads are sampled, not by how many exist.
 //!
 //! The worker keeps each pool's free list at [`Pool::target`]: a few spare
-//! plus what was taken (or asked for and missing) in the last two windows
-//! of [`WINDOW_NS`], never more than the pool's cap of states made. A
-//! sample that finds a pool empty starts no trace and is counted
-//! (`no_free_state`, `no_free_buffer`); the next window grows the pool.
+//! plus the most taken (or asked for and missing) in one of its passes
+//! (every few milliseconds) over the last two windows of [`WINDOW_NS`],
+//! never more than the pool's cap of states made; above twice the target
+//! it frees the excess, so the pools follow the sampling rate down as well
+//! as up. A sample that finds a pool empty starts no trace and is counted
+//! (`no_free_state`, `no_free_buffer`); the worker's next pass grows the
+//! pool.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_queue::ArrayQueue;
 
-use crate::buffer::BufferPool;
+use crate::buffer::{pool_target, BufferPool, Demand};
 use crate::decode::BlockCache;
 use crate::emulate::{Emulator, Predictions};
 
@@ -36,17 +39,13 @@ pub const WINDOW_NS: u64 = 200_000_000;
 pub const MAX_STATES: usize = super::MAX_THREADS;
 
 /// One pool of boxed states: a bounded lock-free free list, and how many
-/// were made. Taking and giving back are async-signal-safe; only `grow`
-/// allocates (the worker, the control thread).
+/// were made. Taking and giving back are async-signal-safe; only
+/// `top_up` allocates and frees (the worker, the control thread).
 pub struct Pool<T> {
     free: ArrayQueue<Box<T>>,
     made: AtomicUsize,
     cap: usize,
-    /// Takes and misses (a take that found the list empty) since the
-    /// window began.
-    demand: AtomicU64,
-    /// The demand of the previous window.
-    last_demand: AtomicU64,
+    demand: Demand,
 }
 
 impl<T> Pool<T> {
@@ -55,14 +54,13 @@ impl<T> Pool<T> {
             free: ArrayQueue::new(cap.max(1)),
             made: AtomicUsize::new(0),
             cap,
-            demand: AtomicU64::new(0),
-            last_demand: AtomicU64::new(0),
+            demand: Demand::new(),
         }
     }
 
     /// A free state, if any. Async-signal-safe.
     pub fn take(&self) -> Option<Box<T>> {
-        self.demand.fetch_add(1, Ordering::Relaxed);
+        self.demand.count();
         self.free.pop()
     }
 
@@ -92,26 +90,37 @@ impl<T> Pool<T> {
         added
     }
 
-    /// How many free states the worker keeps: [`MIN_SPARE`] plus the
-    /// larger demand of this window and the last.
+    /// How many free states the worker keeps: [`MIN_SPARE`] plus the most
+    /// taken in one of its passes lately.
     pub fn target(&self) -> usize {
-        let demand = self
-            .demand
-            .load(Ordering::Relaxed)
-            .max(self.last_demand.load(Ordering::Relaxed));
-        MIN_SPARE + demand as usize
+        pool_target(&self.demand, MIN_SPARE)
     }
 
-    /// Grows the free list to [`Pool::target`] (bounded by the cap).
+    /// The worker's pass: grows the free list to [`Pool::target`] (bounded
+    /// by the cap), or frees what is above twice the target (states come
+    /// back as threads end). Returns how many were added.
     pub fn top_up(&self, make: impl Fn() -> Box<T>) -> usize {
-        let want = self.target().saturating_sub(self.free.len());
-        self.grow(want, make)
+        self.demand.pass();
+        let target = self.target();
+        let free = self.free.len();
+        if free > 2 * target {
+            for _ in target..free {
+                match self.free.pop() {
+                    Some(s) => {
+                        drop(s);
+                        self.made.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    None => break,
+                }
+            }
+            return 0;
+        }
+        self.grow(target.saturating_sub(free), make)
     }
 
     /// Ends a window of demand.
     pub fn next_window(&self) {
-        let d = self.demand.swap(0, Ordering::Relaxed);
-        self.last_demand.store(d, Ordering::Relaxed);
+        self.demand.next_window();
     }
 
     pub fn made(&self) -> usize {
@@ -176,7 +185,7 @@ pub fn top_up(pools: &StatePools, buffers: &BufferPool, needs: Needs) {
 /// Ends a window of demand in every pool (the worker, every
 /// [`WINDOW_NS`]).
 pub fn next_window(pools: &StatePools, buffers: &BufferPool) {
-    buffers.next_window();
+    buffers.demand.next_window();
     pools.caches.next_window();
     pools.emulators.next_window();
     pools.predictions.next_window();
@@ -218,21 +227,29 @@ mod tests {
 
     #[test]
     fn pools_are_bounded_and_follow_demand() {
-        let pool: Pool<u64> = Pool::new(8);
+        let pool: Pool<u64> = Pool::new(16);
         assert_eq!(pool.top_up(|| Box::new(0)), MIN_SPARE);
         assert_eq!(pool.top_up(|| Box::new(0)), 0);
         let taken: Vec<_> = (0..6).filter_map(|_| pool.take()).collect();
         assert_eq!(taken.len(), MIN_SPARE);
-        // Six asked for: the target is the spare plus six, capped at 8.
+        // Six asked for in one pass: the target is the spare plus six.
         assert_eq!(pool.target(), MIN_SPARE + 6);
-        assert_eq!(pool.top_up(|| Box::new(0)), 8 - MIN_SPARE);
-        assert_eq!(pool.made(), 8);
+        assert_eq!(pool.top_up(|| Box::new(0)), MIN_SPARE + 6);
         for t in taken {
             pool.give(t);
         }
-        assert_eq!(pool.free_len(), 8);
+        assert_eq!(pool.free_len(), 2 * MIN_SPARE + 6);
+        // Two quiet windows: the target falls back to the spare, and what
+        // is above twice it is freed.
         pool.next_window();
         pool.next_window();
         assert_eq!(pool.target(), MIN_SPARE);
+        assert_eq!(pool.top_up(|| Box::new(0)), 0);
+        assert_eq!(pool.free_len(), MIN_SPARE);
+        assert_eq!(pool.made(), MIN_SPARE);
+        // Never more made than the cap.
+        (0..20).for_each(|_| drop(pool.take()));
+        pool.top_up(|| Box::new(0));
+        assert_eq!(pool.made(), 16);
     }
 }
