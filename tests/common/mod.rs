@@ -254,10 +254,10 @@ pub fn raw_script_counts(path: &Path) -> (u64, u64) {
 /// The counters of summary.json reconcile with each other and with what
 /// perf.script holds, counted independently of the writer:
 ///
-/// - samples = traces_started + drops.no_free_buffer + drops.no_free_state
-///   + samples_in_trace (a sample starts a trace unless no buffer or no
-///   pooled per-thread state is free, or the thread's trace is still
-///   moving);
+/// - samples = traces_started + drops.no_free_buffer +
+///   drops.no_free_state + samples_in_trace (a sample starts a trace
+///   unless no buffer or no pooled per-thread state is free, or the
+///   thread's trace is still moving);
 /// - traces_started = traces_completed + Σ aborts by reason, and
 ///   traces_aborted = Σ aborts;
 /// - traces_written = traces_completed + traces_aborted − traces_empty −
