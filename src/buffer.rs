@@ -18,9 +18,13 @@ pub const BUFFER_ENTRIES: usize = 16_384;
 /// Trace records per buffer.
 pub const BUFFER_TRACES: usize = 4_096;
 /// Buffers made in all, for the life of the process (about 320 KiB each, so
-/// at most 320 MiB). Threads register with one or two; past the cap they
-/// share what the pool has, and samples that find none are counted.
+/// at most 320 MiB). A thread takes one at its first sample; the worker
+/// keeps a few spare plus the recent demand (`top_up`); samples that find
+/// none are counted.
 pub const MAX_BUFFERS: usize = 1_024;
+
+/// Spare buffers the worker keeps free whatever the demand.
+pub const MIN_SPARE_BUFFERS: usize = 4;
 
 /// One taken branch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -171,6 +175,60 @@ impl TraceBuffer {
     }
 }
 
+/// How many of a pool's items threads take, per pass of the worker: the
+/// peak over the current and the previous window of passes. The pools are
+/// sized by it, so by how many threads are sampled, not how many exist.
+/// Handlers count (a relaxed add); the worker folds and reads.
+#[derive(Default)]
+pub struct Demand {
+    since_pass: AtomicUsize,
+    peak: AtomicUsize,
+    last_peak: AtomicUsize,
+}
+
+impl Demand {
+    pub const fn new() -> Demand {
+        Demand {
+            since_pass: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            last_peak: AtomicUsize::new(0),
+        }
+    }
+
+    /// One take (or one that found the pool empty). Async-signal-safe.
+    pub fn count(&self) {
+        self.since_pass.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The worker's pass: the takes since the last pass join the window's
+    /// peak.
+    pub fn pass(&self) {
+        let d = self.since_pass.swap(0, Ordering::Relaxed);
+        self.peak.fetch_max(d, Ordering::Relaxed);
+    }
+
+    /// Ends a window of passes.
+    pub fn next_window(&self) {
+        let p = self.peak.swap(0, Ordering::Relaxed);
+        self.last_peak.store(p, Ordering::Relaxed);
+    }
+
+    /// The most taken in one pass lately (this window, the last, and since
+    /// the last pass).
+    pub fn peak(&self) -> usize {
+        self.since_pass
+            .load(Ordering::Relaxed)
+            .max(self.peak.load(Ordering::Relaxed))
+            .max(self.last_peak.load(Ordering::Relaxed))
+    }
+}
+
+/// The free items a pool keeps for a demand: `spare` plus the peak takes
+/// per pass; above twice that the worker frees the excess.
+pub fn pool_target(demand: &Demand, spare: usize) -> usize {
+    spare + demand.peak()
+}
+
 /// The two queues of a session, and how many buffers exist in all.
 ///
 /// Invariant: at most `MAX_BUFFERS` buffers are ever made and each queue
@@ -180,11 +238,9 @@ pub struct BufferPool {
     pub free: ArrayQueue<Box<TraceBuffer>>,
     pub full: ArrayQueue<Box<TraceBuffer>>,
     made: AtomicUsize,
+    /// Buffers taken from `free` (or asked for when it was empty).
+    pub demand: Demand,
 }
-
-/// Below this many buffers, each new thread brings two (one to fill, one
-/// spare while the worker drains); above it, one.
-const GENEROUS_BELOW: usize = 64;
 
 impl BufferPool {
     pub fn new() -> BufferPool {
@@ -192,7 +248,38 @@ impl BufferPool {
             free: ArrayQueue::new(MAX_BUFFERS),
             full: ArrayQueue::new(MAX_BUFFERS),
             made: AtomicUsize::new(0),
+            demand: Demand::new(),
         }
+    }
+
+    /// A free buffer for a thread, if any, counted as demand.
+    /// Async-signal-safe (a lock-free pop).
+    pub fn take(&self) -> Option<Box<TraceBuffer>> {
+        self.demand.count();
+        self.free.pop()
+    }
+
+    /// The worker's pass (the control thread's at start): grows `free` to
+    /// the target ([`pool_target`]), never past `MAX_BUFFERS` made, or
+    /// frees what is above twice the target (buffers come back as threads
+    /// end). Returns how many were added. Allocates: never from a handler.
+    pub fn top_up(&self) -> usize {
+        self.demand.pass();
+        let target = pool_target(&self.demand, MIN_SPARE_BUFFERS);
+        let free = self.free.len();
+        if free > 2 * target {
+            for _ in target..free {
+                match self.free.pop() {
+                    Some(b) => {
+                        drop(b);
+                        self.made.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    None => break,
+                }
+            }
+            return 0;
+        }
+        self.grow(target.saturating_sub(free))
     }
 
     /// Adds up to `n` new buffers to the free queue, never past
@@ -214,16 +301,6 @@ impl BufferPool {
             added += 1;
         }
         added
-    }
-
-    /// Grows the pool for one more traced thread.
-    pub fn grow_for_thread(&self) -> usize {
-        let n = if self.made.load(Ordering::Acquire) < GENEROUS_BELOW {
-            2
-        } else {
-            1
-        };
-        self.grow(n)
     }
 
     pub fn made(&self) -> usize {
@@ -292,7 +369,20 @@ mod tests {
         let pool = BufferPool::new();
         assert_eq!(pool.grow(3), 3);
         assert_eq!(pool.free.len(), 3);
-        assert_eq!(pool.grow_for_thread(), 2);
+        assert_eq!(pool.top_up(), MIN_SPARE_BUFFERS - 3);
+        let taken = [pool.take(), pool.take()].map(|b| b.expect("a spare buffer"));
+        assert_eq!(pool.top_up(), 4); // two spare taken, two more asked for
+        for b in taken {
+            let _ = pool.free.push(b);
+        }
+        // Twice the target and more free: the excess is freed.
+        pool.demand.next_window();
+        pool.demand.next_window();
+        assert_eq!(pool.grow(2), 2);
+        assert_eq!(pool.free.len(), 10);
+        assert_eq!(pool.top_up(), 0);
+        assert_eq!(pool.free.len(), MIN_SPARE_BUFFERS);
+        assert_eq!(pool.made(), MIN_SPARE_BUFFERS);
         while pool.grow(100) > 0 {}
         assert_eq!(pool.made(), MAX_BUFFERS);
         assert_eq!(pool.free.len(), MAX_BUFFERS);

@@ -24,6 +24,8 @@ const LIMIT: Duration = Duration::from_secs(240);
 struct Run {
     output: Output,
     cpu: Duration,
+    /// The process's peak resident set (wait4's ru_maxrss), in KiB.
+    max_rss_kib: u64,
 }
 
 /// Runs `command` to its end, failing the test if it is still running after
@@ -76,6 +78,7 @@ fn run_bounded(what: &str, mut command: Command, scratch: &Scratch) -> Run {
             stderr: std::fs::read(&err_path).unwrap(),
         },
         cpu: time(usage.ru_utime) + time(usage.ru_stime),
+        max_rss_kib: usage.ru_maxrss as u64,
     }
 }
 
@@ -480,6 +483,86 @@ fn five_hundred_live_threads() {
             );
         }
     }
+}
+
+/// Short-lived threads under an autostarted session cost little memory:
+/// registration allocates nothing, and a thread's buffer, emulator and
+/// caches come from pools at its first sample and go back when it ends.
+/// 600 threads, 50 at a time, each spinning 200 µs at a 1 ms task-clock
+/// period (so some are sampled, most are not): the program behaves as
+/// natively, the counters reconcile (a sample that found a pool empty is
+/// counted `no_free_state` or `no_free_buffer`), and the peak RSS grows by
+/// less than 128 KiB per thread over the native run (about 1 MiB per
+/// thread before the pools).
+#[test]
+fn short_lived_threads_cost_little_memory() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("short-threads");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "short_threads",
+        &["short_threads.c"],
+        &["-pthread"],
+    );
+    const THREADS: u64 = 600;
+    let args = [THREADS.to_string(), "50".into(), "200".into()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let native = native(&scratch, &program, &args);
+    assert_eq!(
+        text(&native.output.stdout),
+        format!("threads done: {THREADS}\n"),
+        "native: {:?}",
+        native.output
+    );
+    let out = scratch.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut command = Command::new(&program);
+    command.args(&args).env("LD_PRELOAD", &tracer.lib);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("BREAKDANCE_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env("BREAKDANCE_AUTOSTART", "1")
+        .env("BREAKDANCE_EVENT", "task-clock")
+        .env("BREAKDANCE_PERIOD", "1000000")
+        .env("BREAKDANCE_LOOKAHEAD", "emulate")
+        .env("BREAKDANCE_OUTPUT", &out);
+    let profiled = run_bounded("autostarted", command, &scratch);
+    assert_same_behaviour("short_threads", &native.output, &profiled.output);
+    let rec = load(&out);
+    let s = &rec.summary;
+    let per_thread = profiled.max_rss_kib.saturating_sub(native.max_rss_kib) / THREADS;
+    let drop = |name: &str| s["drops"][name].as_u64().unwrap_or(0);
+    eprintln!(
+        "short_threads: native max RSS {} KiB, autostarted {} KiB: {per_thread} KiB per thread; \
+         samples {}, traces {}, no_free_state {}, no_free_buffer {}",
+        native.max_rss_kib,
+        profiled.max_rss_kib,
+        counter(s, "samples"),
+        counter(s, "traces_started"),
+        drop("no_free_state"),
+        drop("no_free_buffer"),
+    );
+    assert!(
+        per_thread < 128,
+        "the peak RSS grew by {per_thread} KiB per thread (native {} KiB, autostarted {} KiB): \
+         per-thread state is not pooled; {s}",
+        native.max_rss_kib,
+        profiled.max_rss_kib
+    );
+    check_reconciles(&rec);
+    assert!(counter(s, "threads") > THREADS, "summary.json threads: {s}");
+    assert!(counter(s, "samples") > 0, "no thread was sampled: {s}");
+    assert!(
+        counter(s, "traces_started") > 0,
+        "no sample found a buffer and an emulator: {s}"
+    );
 }
 
 /// A plugin loaded with dlopen during the session is traced: few traces end

@@ -14,6 +14,7 @@ mod profiler;
 mod quality;
 mod report;
 mod runner;
+mod threads;
 mod tracelen;
 mod verify;
 mod workloads;
@@ -23,6 +24,7 @@ use std::path::PathBuf;
 
 const USAGE: &str =
     "usage: bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR] [--layouts N] [--epoch N]
+                    [--baseline LIB]
 
 experiments:
   workloads  fetch and build the third-party workloads, time them natively
@@ -37,6 +39,9 @@ experiments:
              workload: mismatches per workload
   tracelen   traces longer than 32 branches: cost per branch and profile
              quality against CPU overhead, per trace length
+  threads    what a registered thread costs: 1000 short-lived threads natively
+             and under the autostarted library (paper, emulate), max RSS and
+             system time per thread
   levels     emulate mode with glibc's string functions at each x86-64 ISA
              level (GLIBC_TUNABLES): segments, stops, step-overs, overhead
   interferometry
@@ -61,7 +66,9 @@ options:
   --layouts N    interferometry: layouts per workload (default 100, --quick 6;
                  at least 3)
   --epoch N      ephemeral: re-hook every N emulated instructions (default
-                 100000; another value writes to results/ephemeral/epoch-N)";
+                 100000; another value writes to results/ephemeral/epoch-N)
+  --baseline LIB threads: also run this build of libbreakdance.so (an earlier
+                 commit's) in the same rounds, for a before/after comparison";
 
 /// Options shared by every experiment.
 pub struct Options {
@@ -72,6 +79,8 @@ pub struct Options {
     pub layouts: Option<usize>,
     /// `--epoch N` (ephemeral only).
     pub epoch: Option<u64>,
+    /// `--baseline LIB` (threads only).
+    pub baseline: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<(String, Options)> {
@@ -82,6 +91,7 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
         results: PathBuf::from("results"),
         layouts: None,
         epoch: None,
+        baseline: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -104,6 +114,12 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
                     format!("--epoch needs a positive whole number of instructions, got '{v}'")
                 })?;
                 opts.epoch = Some(n);
+            }
+            "--baseline" => {
+                let v = it
+                    .next()
+                    .context("option --baseline needs a library path")?;
+                opts.baseline = Some(PathBuf::from(v));
             }
             "--cache" | "--results" => {
                 let v = it
@@ -133,6 +149,7 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     opts.cache = cwd.join(&opts.cache);
     opts.results = cwd.join(&opts.results);
+    opts.baseline = opts.baseline.map(|b| cwd.join(b));
     Ok((experiment, opts))
 }
 
@@ -179,6 +196,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "fdo" => fdo::run(opts),
         "verify" => verify::run(opts),
         "tracelen" => tracelen::run(opts),
+        "threads" => threads::run(opts),
         "levels" => levels::run(opts),
         "interferometry" => interferometry::run(opts),
         "interferometry-findings" => interferometry::refresh_findings(opts),

@@ -144,6 +144,10 @@ macro_rules! for_each_counter {
             drops {
             /// Samples dropped because no free buffer was left.
             no_free_buffer,
+            /// Samples dropped because a pool of per-thread state (the
+            /// emulator, the decoded-block cache, verify's predictions,
+            /// taken at a thread's first sample) was empty.
+            no_free_state,
             /// Entries lost because a trace outgrew its buffer.
             buffer_overflow_entries,
             /// Threads not traced because the thread table was full.

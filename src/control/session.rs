@@ -193,6 +193,7 @@ fn worker(
     let mut agg = Aggregate::default();
     let mut seen: Vec<Module> = Vec::new();
     let mut last_look = sys::now_ns();
+    let mut last_window = sys::now_ns();
     let mut requested = false;
     loop {
         let stopping = stop.load(Ordering::Acquire);
@@ -226,6 +227,13 @@ fn worker(
             last_look = sys::now_ns();
             threads::sweep(tracer);
         }
+        // Per-thread state for the threads being sampled: sized by the
+        // recent demand, not by the thread count (see `trace::pools`).
+        if sys::now_ns() - last_window > trace::POOL_WINDOW_NS {
+            last_window = sys::now_ns();
+            trace::next_pool_window(tracer);
+        }
+        trace::top_up_pools(tracer);
         requested = false;
         if drained == 0 {
             if stopping {
@@ -286,6 +294,9 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     if crate::trace::emulates(resolved.lookahead) {
         crate::emulate::warm();
     }
+    // The spare per-thread state of the mode (taken at threads' first
+    // samples, never made in a handler): the worker keeps it topped up.
+    trace::top_up_pools(tracer);
     for sig in [libc::SIGSEGV, libc::SIGBUS] {
         chain::install(
             sig,

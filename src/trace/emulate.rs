@@ -53,6 +53,7 @@ impl Engine for Emulate {
 
     fn needs(&self) -> Needs {
         Needs {
+            block_cache: false,
             emulator: true,
             predictions: false,
         }

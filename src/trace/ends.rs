@@ -16,12 +16,20 @@ use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
 
 /// Opens a trace at a sample: in the thread's buffer (a free one from the
 /// pool if it has none), counted, with sampling armed at the watchdog's
-/// period (`events::watch_trace`). False, with the next sample a whole
-/// period away, when no buffer is free (counted `no_free_buffer`).
+/// period (`events::watch_trace`). A thread's first sample takes what its
+/// mode needs from the pools too (see `pools`). False, with the next
+/// sample a whole period away, when a pool is empty (counted
+/// `no_free_state` or `no_free_buffer`).
 pub(super) fn begin_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) -> bool {
     let c = &slot.counters;
+    let needs = super::handler::engine_of(tracer.lookahead()).needs();
+    if !super::pools::take(&tracer.states, t, needs) {
+        Counters::bump(&c.no_free_state);
+        rearm_sampling(t);
+        return false;
+    }
     if t.buffer.is_none() {
-        t.buffer = tracer.pool.free.pop();
+        t.buffer = tracer.pool.take();
     }
     match t.buffer.as_mut() {
         Some(b) => b.open_trace(),
@@ -57,7 +65,7 @@ pub(super) fn make_room(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace)
             let _ = tracer.pool.full.push(full);
             Counters::bump(&c.buffer_swaps);
         }
-        t.buffer = tracer.pool.free.pop();
+        t.buffer = tracer.pool.take();
     }
 }
 

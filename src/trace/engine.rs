@@ -31,13 +31,16 @@ pub(super) trait Engine: Sync {
     /// `handler::is_merged_stop`).
     fn on_breakpoint(&self, tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext);
 
-    /// What a thread needs, built at its registration (never in a handler).
+    /// What a thread needs beyond its buffer: taken from the pools at its
+    /// first sample (see `pools`), made by the worker ahead of time.
     fn needs(&self) -> Needs;
 }
 
-/// A thread's resources beyond the decoded-block cache and its buffer.
+/// A thread's pooled resources beyond its buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Needs {
+pub struct Needs {
+    /// The decoded-block cache (the walk of paper and verify).
+    pub block_cache: bool,
     /// The x86 emulator (megabytes, zeroed on the heap).
     pub emulator: bool,
     /// Verify's queue of predictions.

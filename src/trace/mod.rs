@@ -36,11 +36,31 @@ mod engine;
 mod events;
 pub mod handler;
 mod paper;
+mod pools;
 pub mod threads;
 mod verify;
 mod walk;
 
 pub use engine::StopRegisters;
+pub use pools::StatePools;
+
+/// Keeps the pools of per-thread state the session's mode needs, and the
+/// buffer pool, at their targets: a few spare plus the recent demand (the
+/// worker, each pass; the control thread at start). Allocates: never from
+/// a handler.
+pub fn top_up_pools(tracer: &Tracer) {
+    let needs = handler::engine_of(tracer.lookahead()).needs();
+    pools::top_up(&tracer.states, &tracer.pool, needs);
+}
+
+/// Ends a window of the pools' demand (the worker, every
+/// `pools::WINDOW_NS`).
+pub fn next_pool_window(tracer: &Tracer) {
+    pools::next_window(&tracer.states, &tracer.pool);
+}
+
+/// How often the worker ends a window of the pools' demand.
+pub const POOL_WINDOW_NS: u64 = pools::WINDOW_NS;
 
 /// Whether `mode`'s engine runs the x86 emulator (built before any thread
 /// is traced: see `emulate::warm`).
@@ -204,13 +224,15 @@ pub struct ThreadTrace {
     /// stop-per-branch mode moved in the last period (see
     /// `walk::on_sample`).
     pub stops_since_sample: u32,
+    /// Paper and verify: the decoded-block cache, from the pool at the
+    /// thread's first sample.
     pub cache: Option<Box<BlockCache>>,
     pub insn: Instruction,
     /// The registers at the last breakpoint stop (see
     /// `engine::StopRegisters`).
     pub last_stop: Option<StopRegisters>,
-    /// The thread's emulator, built at registration in emulate and verify
-    /// mode.
+    /// The thread's emulator in emulate and verify mode, from the pool at
+    /// the thread's first sample (see `pools`).
     pub emu: Option<Box<crate::emulate::Emulator>>,
     /// Verify mode: the emulator's predictions, checked as the thread goes.
     pub predictions: Option<Box<crate::emulate::Predictions>>,
@@ -386,6 +408,9 @@ pub struct Tracer {
     pub slots: Box<[ThreadSlot]>,
     pub exec: ExecMap,
     pub pool: Arc<BufferPool>,
+    /// The heavy per-thread state, taken at a thread's first sample and
+    /// given back when its slot closes.
+    pub states: StatePools,
     /// Trace length N of the running session.
     pub lbr: AtomicUsize,
     /// The session's `Lookahead`.
@@ -421,6 +446,7 @@ pub fn tracer_or_init() -> &'static Tracer {
         slots: (0..MAX_THREADS).map(|_| ThreadSlot::new()).collect(),
         exec: ExecMap::new(),
         pool: Arc::new(BufferPool::new()),
+        states: StatePools::new(),
         lbr: AtomicUsize::new(32),
         lookahead: AtomicU8::new(Lookahead::Emulate as u8),
         running: AtomicBool::new(false),
@@ -535,6 +561,7 @@ pub fn forget_parent_threads(tracer: &Tracer) {
             b.clear();
             let _ = tracer.pool.free.push(b);
         }
+        pools::give_back(&tracer.states, t);
         slot.counters.reset();
         slot.tid.store(TID_TOMBSTONE, Ordering::Release);
         slot.state.store(FREE, Ordering::Release);

@@ -12,6 +12,7 @@ pub(super) struct Paper;
 impl Witness for Paper {
     fn needs(&self) -> Needs {
         Needs {
+            block_cache: true,
             emulator: false,
             predictions: false,
         }

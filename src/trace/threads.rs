@@ -6,7 +6,6 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::buffer::{AbortReason, TraceEnd};
-use crate::decode::BlockCache;
 use crate::sync::SpinLock;
 use crate::sys::{self, Errno};
 
@@ -29,15 +28,13 @@ pub enum RegisterError {
 
 /// Starts tracing thread `tid` (0 is not allowed: pass the real tid) and
 /// returns its slot. Idempotent: a thread that already has a slot is left
-/// as it is (`Ok(None)`). Allocation and the two perf_event_open calls run
-/// outside any lock: threads created together register in parallel.
+/// as it is (`Ok(None)`). Allocates nothing; the two perf_event_open calls
+/// run outside any lock: threads created together register in parallel.
 pub fn register<'t>(
     tracer: &'t Tracer,
     tid: i32,
     event: &SamplingEvent,
 ) -> Result<Option<&'t ThreadSlot>, RegisterError> {
-    // Made before the claim, so that a failure leaves nothing to undo.
-    tracer.pool.grow_for_thread();
     let slot = match tracer.claim(tid) {
         Ok(slot) => slot,
         Err(true) => return Ok(None),
@@ -52,22 +49,10 @@ pub fn register<'t>(
     };
     // SAFETY: the slot is in SETUP and claimed by us: no handler holds it.
     let t = unsafe { slot.inner() };
-    // What allocates comes first (an emulator is megabytes to zero), so
-    // that the descriptors below go straight into the slot.
-    if t.cache.is_none() {
-        t.cache = Some(Box::new(BlockCache::new()));
-    }
-    let needs = super::handler::engine_of(tracer.lookahead()).needs();
-    if needs.emulator && t.emu.is_none() {
-        // The tracer is the process's one static tracer.
-        t.emu = super::tracer().map(|st| crate::emulate::Emulator::new(&st.exec));
-    }
-    if needs.predictions && t.predictions.is_none() {
-        t.predictions = Some(crate::emulate::Predictions::new());
-    }
-    if t.buffer.is_none() {
-        t.buffer = tracer.pool.free.pop();
-    }
+    // Nothing is allocated here: the buffer and what the mode needs
+    // (emulator, block cache, predictions) come from the pools at the
+    // thread's first sample (see `pools`), so a thread never sampled costs
+    // its two events only.
     t.bp_attr = breakpoint_attr();
     t.bp_armed = false;
     t.bp_hits_left = 0;
@@ -124,7 +109,8 @@ pub fn register<'t>(
 
 /// Stops tracing the slot's thread: takes the slot (see [`Closer`]), closes
 /// an open trace with `reason`, closes the events, hands the buffer to the
-/// worker and the counters to the session totals. A slot still busy after
+/// worker, its pooled state back to the pools and the counters to the
+/// session totals. A slot still busy after
 /// the wait is left as it is and counted (`slots_busy_at_stop`).
 pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Closer) -> Closing {
     let taken = slot.take_for_close(closer);
@@ -154,6 +140,7 @@ pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Cl
         };
         let _ = queue.push(buffer);
     }
+    super::pools::give_back(&tracer.states, t);
     tracer.retired.absorb(&slot.counters.values());
     slot.counters.reset();
     slot.tid.store(TID_TOMBSTONE, Ordering::Release);

@@ -28,6 +28,7 @@ fn predict(t: &mut ThreadTrace, uc: &Ucontext) {
 impl Witness for Verify {
     fn needs(&self) -> Needs {
         Needs {
+            block_cache: true,
             emulator: true,
             predictions: true,
         }

@@ -208,8 +208,9 @@ pub const ABORT_KINDS: [&str; 15] = [
     "emulation_fault",
     "handler_abandoned",
 ];
-pub const DROP_KINDS: [&str; 5] = [
+pub const DROP_KINDS: [&str; 6] = [
     "no_free_buffer",
+    "no_free_state",
     "thread_table_full",
     "trace_table_full",
     "trace_table_full_entries",
@@ -253,9 +254,10 @@ pub fn raw_script_counts(path: &Path) -> (u64, u64) {
 /// The counters of summary.json reconcile with each other and with what
 /// perf.script holds, counted independently of the writer:
 ///
-/// - samples = traces_started + drops.no_free_buffer + samples_in_trace (a
-///   sample starts a trace unless no buffer is free or the thread's trace
-///   is still moving);
+/// - samples = traces_started + drops.no_free_buffer +
+///   drops.no_free_state + samples_in_trace (a sample starts a trace
+///   unless no buffer or no pooled per-thread state is free, or the
+///   thread's trace is still moving);
 /// - traces_started = traces_completed + Σ aborts by reason, and
 ///   traces_aborted = Σ aborts;
 /// - traces_written = traces_completed + traces_aborted − traces_empty −
@@ -277,8 +279,11 @@ pub fn check_reconciles(rec: &Recording) {
     }
     assert_eq!(
         c("samples"),
-        c("traces_started") + c("drops.no_free_buffer") + c("samples_in_trace"),
-        "samples ≠ traces_started + no_free_buffer + samples_in_trace: {s}"
+        c("traces_started")
+            + c("drops.no_free_buffer")
+            + c("drops.no_free_state")
+            + c("samples_in_trace"),
+        "samples ≠ traces_started + no_free_buffer + no_free_state + samples_in_trace: {s}"
     );
     assert_eq!(
         c("traces_aborted"),
