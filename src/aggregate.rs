@@ -7,7 +7,11 @@
 //! pair gives the fall-through range [eᵢ.to, eᵢ₊₁.from], inclusive of the
 //! branch at its end — the range rule llvm-profgen and create_llvm_prof use.
 
-use std::collections::HashMap;
+use std::collections::HashMap as StdHashMap;
+
+/// The worker's tables: keys are addresses from this process, so a fast
+/// hasher is enough (see Cargo.toml).
+pub type HashMap<K, V> = StdHashMap<K, V, ahash::RandomState>;
 
 use crate::buffer::{BranchEntry, BufferPool, TraceBuffer};
 
