@@ -205,9 +205,21 @@ impl LiveMemory {
 
     /// Loads `size` (1 to 8) bytes at `addr`, little-endian.
     pub fn load(&mut self, probe: &impl Probe, addr: u64, size: usize) -> Result<u64, AccessError> {
+        self.load_noting(probe, addr, size).map(|(value, _)| value)
+    }
+
+    /// [`LiveMemory::load`], saying also whether any byte came from real
+    /// memory (not all of them from the overlay: see [`LiveMemory::covers`]).
+    pub fn load_noting(
+        &mut self,
+        probe: &impl Probe,
+        addr: u64,
+        size: usize,
+    ) -> Result<(u64, bool), AccessError> {
         debug_assert!((1..=8).contains(&size));
         let mut value = 0u64;
         let mut got = 0u32;
+        let mut any_real = false;
         for (q, mask, shift) in chunks(addr, size) {
             if mask == 0 {
                 continue;
@@ -215,6 +227,7 @@ impl LiveMemory {
             let (ov_value, ov_mask) = self.stored(q).map_or((0, 0), |s| (s.value, s.mask));
             let from_real = mask & !ov_mask;
             let real = if from_real != 0 {
+                any_real = true;
                 self.real_qword(probe, q, from_real)?
             } else {
                 0
@@ -224,7 +237,7 @@ impl LiveMemory {
             value |= part << got;
             got += 8 * mask.count_ones();
         }
-        Ok(value)
+        Ok((value, any_real))
     }
 
     /// Stores the low `size` (1 to 8) bytes of `value` at `addr` into the

@@ -117,18 +117,20 @@ impl SpecMemory {
 impl x86_sem::Memory for SpecMemory {
     #[inline]
     fn load(&mut self, addr: u64, size: usize) -> Result<u64, MemError> {
-        if !(self.live.covers(addr, size) || self.is_immutable(addr, size)) {
+        let (value, real) =
+            self.live
+                .load_noting(&RealMemory, addr, size)
+                .map_err(|e| match e {
+                    AccessError::Fault(_) => MemError::Fault { addr, write: false },
+                    AccessError::LogFull => MemError::Refused { addr },
+                })?;
+        if real && !self.is_immutable(addr, size) {
             if self.step_mutable_reads == 0 {
                 self.step_mutable_addr = addr;
             }
             self.step_mutable_reads += 1;
         }
-        self.live
-            .load(&RealMemory, addr, size)
-            .map_err(|e| match e {
-                AccessError::Fault(_) => MemError::Fault { addr, write: false },
-                AccessError::LogFull => MemError::Refused { addr },
-            })
+        Ok(value)
     }
 
     #[inline]
