@@ -94,13 +94,19 @@ macro_rules! for_each_counter {
             /// Emulate mode: instructions emulated (a rep string
             /// instruction counts once per step of up to 256 iterations).
             emulated_steps: Count,
+            /// Emulate mode: instructions emulated in every pass, kept or
+            /// not: a pass redone to end at an earlier checkpoint (a loop's
+            /// last first-visited address, an rseq section, the start of a
+            /// rep string instruction) runs the steps it then drops. The
+            /// core's speed is `emulation_ns / emulated_steps_run`.
+            emulated_steps_run: Count,
             /// Emulate mode: of the handlers' time, emulating.
             emulation_ns: Time,
             /// CPU time of the session's worker thread: aggregating full
             /// buffers, following the mappings, sweeping the thread table.
             worker_ns: Time,
-            /// Emulate mode: instructions the emulator decoded (its
-            /// per-thread decoded-instruction cache missed).
+            /// Emulate mode: instructions the emulator decoded (the
+            /// process's shared decoded code, or its thread's own, missed).
             emulation_decodes: Count,
             /// Emulate mode: segments that completed the trace reading only
             /// memory no other thread can change (see `emulate::Segment::proven`), so

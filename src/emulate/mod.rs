@@ -37,9 +37,14 @@ use visits::Visits;
 pub const MAX_SEGMENT_INSTRUCTIONS: u32 = 2048;
 /// Steps emulated past the Nth taken branch while looking for an address
 /// the segment has not visited (a checkpoint there needs one hit): in a
-/// loop, the loop's exit. A step costs about as much as 1/1000 of a
-/// breakpoint stop, so a few hundred are worth one stop saved.
+/// loop, the loop's exit. A stop costs about [`STOP_IN_STEPS`] steps, so
+/// this search pays when it saves a few stops.
 pub const EXTENSION_STEPS: u32 = 512;
+/// What a breakpoint stop costs, in emulated steps: about 15 µs of CPU
+/// (results/benches, the stop microbenchmark) against 60–140 ns per step
+/// in the handler (results/speed). Choosing a segment's checkpoint weighs
+/// stops against steps with it.
+const STOP_IN_STEPS: u64 = 256;
 /// Iterations of a rep-prefixed string instruction per emulated step.
 pub const REP_LIMIT: u64 = 256;
 /// The x86-64 System V red zone: below rsp, this much still belongs to
@@ -318,6 +323,8 @@ pub struct Emulator {
     start: CpuState,
     visits: Box<Visits>,
     code: Code,
+    /// Steps run in every pass, kept or redone (see [`Emulator::take_steps_run`]).
+    steps_run: u64,
     /// The state predicted at the checkpoint of the last segment.
     pub predicted: CpuState,
 }
@@ -351,6 +358,7 @@ impl Emulator {
             addr_of_mut!((*p).start).write(INITIAL);
             addr_of_mut!((*p).visits).write(Visits::new());
             addr_of_mut!((*p).code).write(code);
+            addr_of_mut!((*p).steps_run).write(0);
             addr_of_mut!((*p).predicted).write(INITIAL);
             emulator.assume_init()
         }
@@ -366,6 +374,7 @@ impl Emulator {
             start: _,
             visits: _,
             code: _,
+            steps_run: _,
             predicted: _,
         } = self;
     }
@@ -437,8 +446,13 @@ impl Emulator {
                 }
                 None => (self.hits_at(self.cpu.regs.rip, resumed), None),
             };
+            // Stops and steps per entry: the end costs its hits; the
+            // fresh point one stop, this pass's steps (thrown away and
+            // partly redone) and fewer entries.
             let (f_steps, f_entries) = pass.fresh;
-            if hits > 1 && f_entries > 0 && hits * (f_entries as u32) > pass.entries as u32 {
+            let end_cost = u64::from(hits) * STOP_IN_STEPS * f_entries as u64;
+            let fresh_cost = (STOP_IN_STEPS + u64::from(pass.steps)) * pass.entries as u64;
+            if hits > 1 && f_entries > 0 && fresh_cost < end_cost {
                 pass.redo = Some((f_steps, SegmentEnd::Continue));
             } else if let Some(steps) = nth_steps {
                 pass.redo = Some((steps, SegmentEnd::Complete));
@@ -565,6 +579,7 @@ impl Emulator {
             let (rsp, rbp) = (self.cpu.regs.gpr[4], self.cpu.regs.gpr[5]);
             self.cpu.mem.step_mutable_reads = 0;
             let stepped = x86_sem::step(&mut self.cpu, table, &mut self.code);
+            self.steps_run += 1;
             if safe && self.cpu.mem.step_mutable_reads > 0 {
                 safe = self.implicit_stack_read(pc, rsp, rbp);
             }
@@ -683,6 +698,14 @@ impl Emulator {
     /// cache missed), for the counters.
     pub fn take_decodes(&mut self) -> u64 {
         std::mem::take(&mut self.cpu.mem.decodes)
+    }
+
+    /// Steps emulated since the last call, in every pass: a segment's
+    /// `steps` count only the pass it kept, and a pass redone to end at an
+    /// earlier checkpoint (or at an rseq section, or before a rep string
+    /// instruction) ran the steps it drops too.
+    pub fn take_steps_run(&mut self) -> u64 {
+        std::mem::take(&mut self.steps_run)
     }
 
     /// Real qwords read and qwords stored by the last segment.

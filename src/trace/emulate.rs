@@ -220,6 +220,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     let e0 = sys::raw::clock_ns();
     let outcome = emu.run(&mut **buffer, wanted, resumed);
     Counters::add(&c.emulation_decodes, emu.take_decodes());
+    Counters::add(&c.emulated_steps_run, emu.take_steps_run());
     Counters::add(&c.emulation_ns, sys::raw::clock_ns().saturating_sub(e0));
     let (at, awaiting) = match outcome {
         Outcome::Segment(seg) if seg.proven => {
