@@ -26,7 +26,7 @@ use anyhow::Result;
 use breakdance_charts::{LineChart, Series};
 use std::path::PathBuf;
 
-const LENGTHS: [u32; 4] = [32, 64, 128, 256];
+const LENGTHS: [u32; 5] = [32, 64, 128, 256, 512];
 const PERIODS: [u64; 3] = [1_000_000, 3_000_000, 10_000_000];
 const ROUNDS: usize = 3;
 const QUICK_LENGTHS: [u32; 2] = [32, 128];
