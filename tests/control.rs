@@ -185,7 +185,12 @@ fn three_sessions_malformed_requests_and_foreign_uid() {
 
     for session in 0..3 {
         let out = dir.path(&format!("session{session}"));
-        let line = format!("start period=100000 out={}", out.display());
+        // Each session its own trace length: control.c's loop repeats one
+        // path, so two sessions with the same length and trace count write
+        // the same perf.script; a profile left from another session has
+        // the other length.
+        let lbr = 64 + 32 * session;
+        let line = format!("start period=100000 lbr={lbr} out={}", out.display());
         let started = ok_json(&line, &request(&socket, &line));
         assert_eq!(started["state"], "running", "{started}");
         assert_eq!(state(&socket), "running");

@@ -38,7 +38,7 @@ pub(super) struct Emulate;
 
 impl Engine for Emulate {
     fn on_sample(&self, tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext) {
-        on_sample(tracer, slot, t, uc);
+        on_sample(tracer, slot, t, uc, self.needs());
     }
 
     fn on_breakpoint(
@@ -60,7 +60,7 @@ impl Engine for Emulate {
     }
 }
 
-fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext) {
+fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext, needs: Needs) {
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
@@ -73,7 +73,7 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
         make_room(tracer, slot, t);
     }
     // Sampling stays armed for the whole trace (see the module doc).
-    if !begin_trace(tracer, slot, t) {
+    if !begin_trace(tracer, slot, t, needs) {
         return;
     }
     let Some(emu) = t.emu.as_mut() else {

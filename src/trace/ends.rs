@@ -12,6 +12,7 @@ use crate::buffer::{AbortReason, TraceEnd};
 
 use super::counters::Counters;
 use super::events::{disarm_breakpoint, rearm_sampling, resume_sampling, watch_trace};
+use super::engine::Needs;
 use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
 
 /// Opens a trace at a sample: in the thread's buffer (a free one from the
@@ -19,10 +20,15 @@ use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
 /// period (`events::watch_trace`). A thread's first sample takes what its
 /// mode needs from the pools too (see `pools`). False, with the next
 /// sample a whole period away, when a pool is empty (counted
-/// `no_free_state` or `no_free_buffer`).
-pub(super) fn begin_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) -> bool {
+/// `no_free_state` or `no_free_buffer`). `needs` is the calling engine's
+/// (`Engine::needs`).
+pub(super) fn begin_trace(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    needs: Needs,
+) -> bool {
     let c = &slot.counters;
-    let needs = super::handler::engine_of(tracer.lookahead()).needs();
     if !super::pools::take(&tracer.states, t, needs) {
         Counters::bump(&c.no_free_state);
         rearm_sampling(t);

@@ -136,7 +136,7 @@ pub(super) fn on_sample(
         make_room(tracer, slot, t);
     }
     t.stops_since_sample = 0;
-    if !begin_trace(tracer, slot, t) {
+    if !begin_trace(tracer, slot, t, w.needs()) {
         return;
     }
     let (pc, sp) = (regs.rip(), regs.rsp());
