@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use crate::buffer::{AbortReason, TraceEnd};
 
 use super::counters::Counters;
-use super::events::{disarm_breakpoint, rearm_sampling, resume_sampling, watch_trace};
 use super::engine::Needs;
+use super::events::{disarm_breakpoint, rearm_sampling, resume_sampling, watch_trace};
 use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
 
 /// Opens a trace at a sample: in the thread's buffer (a free one from the
