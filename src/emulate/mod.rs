@@ -45,6 +45,13 @@ pub const EXTENSION_STEPS: u32 = 512;
 /// in the handler (results/speed). Choosing a segment's checkpoint weighs
 /// stops against steps with it.
 const STOP_IN_STEPS: u64 = 256;
+/// The most breakpoint hits a checkpoint may wait for: a segment whose end
+/// needs more is cut at the arrival at its end address that needs this
+/// many. Every hit is a stop, and a long wait widens the window in which an
+/// asynchronous signal or another thread changes what the segment
+/// predicted (a loop run until SIGALRM longjmps out of it: 118 hits per
+/// checkpoint without this bound, and every checkpoint mismatched).
+const MAX_CHECKPOINT_HITS: u32 = 16;
 /// Iterations of a rep-prefixed string instruction per emulated step.
 pub const REP_LIMIT: u64 = 256;
 /// The x86-64 System V red zone: below rsp, this much still belongs to
@@ -428,7 +435,14 @@ impl Emulator {
     fn run_entered(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
         self.start = self.cpu.regs;
         let before = sink.len();
-        let mut pass = self.pass(sink, wanted, MAX_SEGMENT_INSTRUCTIONS, SegmentEnd::Continue);
+        let mut pass = self.pass(
+            sink,
+            wanted,
+            MAX_SEGMENT_INSTRUCTIONS,
+            SegmentEnd::Continue,
+            None,
+        );
+        let mut cut = None;
         let proven = pass.safe && pass.end == SegmentEnd::Complete && pass.redo.is_none();
         if pass.redo.is_none() && pass.first.is_none() && !proven {
             // A checkpoint where the path ended may need several hits (a
@@ -436,15 +450,19 @@ impl Emulator {
             // fewer entries. Take the cheaper in stops per entry. When the
             // search for a fresh address past the Nth branch failed, the
             // end is the Nth branch's target, as visited then.
-            let (hits, nth_steps) = match pass.nth.filter(|_| pass.exhausted) {
+            let (hits, nth_steps, end_at) = match pass.nth.filter(|_| pass.exhausted) {
                 Some(nth) => {
                     let mut hits = nth.prior + 1;
                     if resumed && nth.target == self.start.rip {
                         hits -= 1;
                     }
-                    (hits.max(1), Some(nth.steps))
+                    (hits.max(1), Some(nth.steps), nth.target)
                 }
-                None => (self.hits_at(self.cpu.regs.rip, resumed), None),
+                None => (
+                    self.hits_at(self.cpu.regs.rip, resumed),
+                    None,
+                    self.cpu.regs.rip,
+                ),
             };
             // Stops and steps per entry: the end costs its hits; the
             // fresh point one stop, this pass's steps (thrown away and
@@ -454,6 +472,13 @@ impl Emulator {
             let fresh_cost = (STOP_IN_STEPS + u64::from(pass.steps)) * pass.entries as u64;
             if hits > 1 && f_entries > 0 && fresh_cost < end_cost {
                 pass.redo = Some((f_steps, SegmentEnd::Continue));
+            } else if hits > MAX_CHECKPOINT_HITS {
+                // Cut the segment at the arrival at its end address that
+                // needs the most hits allowed (one more arrival when the
+                // first, at the start, does not trap).
+                let first_free = u32::from(resumed && end_at == self.start.rip);
+                cut = Some((end_at, MAX_CHECKPOINT_HITS + first_free));
+                pass.redo = Some((MAX_SEGMENT_INSTRUCTIONS, SegmentEnd::Continue));
             } else if let Some(steps) = nth_steps {
                 pass.redo = Some((steps, SegmentEnd::Complete));
             }
@@ -461,7 +486,7 @@ impl Emulator {
         if let Some((steps, end)) = pass.redo {
             self.cpu.regs = self.start;
             sink.truncate(before);
-            pass = self.pass(sink, wanted, steps, end);
+            pass = self.pass(sink, wanted, steps, end, cut);
         }
         if let Some(stop) = pass.first {
             return self.first_instruction(stop);
@@ -505,14 +530,17 @@ impl Emulator {
     }
 
     /// Emulates at most `limit` steps from the current state; `at_limit`
-    /// is the end reported when the limit stops it.
+    /// is the end reported when the limit stops it. `cut`, (address, n):
+    /// stop on arriving at the address for the nth time.
     fn pass(
         &mut self,
         sink: &mut impl EntrySink,
         wanted: usize,
         limit: u32,
         at_limit: SegmentEnd,
+        cut: Option<(u64, u32)>,
     ) -> Pass {
+        let mut arrivals = 0u32;
         self.cpu.mem.live.reset();
         self.visits.reset();
         let exec = self.cpu.mem.exec;
@@ -556,6 +584,14 @@ impl Emulator {
                     redo: Some((steps.saturating_sub(1), end)),
                     ..done(end, entries, steps, fresh)
                 };
+            }
+            if let Some((at, n)) = cut {
+                if pc == at && rep_start.is_none() {
+                    arrivals += 1;
+                    if arrivals == n {
+                        return done(SegmentEnd::Continue, entries, steps, fresh);
+                    }
+                }
             }
             if entries == wanted && rep_start.is_none() {
                 if safe {
