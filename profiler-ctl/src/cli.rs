@@ -155,8 +155,9 @@ pub struct SessionArgs {
              branch; longer traces spread that cost. Measured on five programs \
              (results/tracelen): 128 branches at a 3 ms period give a better profile \
              than 32 at 1 ms for less overhead, and at 10 ms 256 branches cost what 128 \
-             do for a better profile. Keep long traces at periods of 3 ms or more, so \
-             that a trace ends well before the next sample."
+             do for a better profile (where no signal interrupts the code every few \
+             milliseconds). Keep long traces at periods of 3 ms or more, so that a trace \
+             ends well before the next sample."
         )
     )]
     pub lbr: Option<u32>,
