@@ -280,7 +280,19 @@ fn signal_record(
     command: &[&str],
     signal: libc::c_int,
 ) -> std::process::Output {
-    let mut child = ctl()
+    use std::os::unix::process::CommandExt;
+    let mut ctl = ctl();
+    // SAFETY: signal() is async-signal-safe, as pre_exec requires. The
+    // default action, whatever this test inherited: under nohup SIGHUP is
+    // ignored, an ignored disposition survives exec, and the program
+    // would outlive the signal it is sent.
+    unsafe {
+        ctl.pre_exec(move || {
+            libc::signal(signal, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = ctl
         .arg("record")
         .args(options)
         .arg("-o")
