@@ -29,48 +29,9 @@ const PERIOD: u64 = 10_000_000;
 const ROUNDS: usize = 5;
 const QUICK_ROUNDS: usize = 1;
 
-const PROGRAM: &str = r#"
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-static unsigned long long cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
-static void *work(void *arg) {
-    unsigned long long spin_ns = (unsigned long long)(size_t)arg;
-    unsigned long long t0 = cpu_ns();
-    volatile unsigned long long x = 0;
-    while (cpu_ns() - t0 < spin_ns)
-        for (int i = 0; i < 100; i++)
-            x += (unsigned long long)i * 7;
-    return (void *)1;
-}
-
-int main(int argc, char **argv) {
-    int threads = atoi(argv[1]), batch = atoi(argv[2]);
-    size_t spin_ns = (size_t)atoi(argv[3]) * 1000;
-    pthread_t ids[1024];
-    long done = 0;
-    for (int made = 0; made < threads; made += batch) {
-        int n = threads - made < batch ? threads - made : batch;
-        for (int i = 0; i < n; i++)
-            if (pthread_create(&ids[i], NULL, work, (void *)spin_ns) != 0)
-                return 2;
-        for (int i = 0; i < n; i++) {
-            void *r;
-            pthread_join(ids[i], &r);
-            done += (long)(size_t)r;
-        }
-    }
-    printf("threads done: %ld\n", done);
-    return done == threads ? 0 : 1;
-}
-"#;
+/// The program: 1000 threads and the rest from the command line; the
+/// same source as the library's memory test (tests/host.rs).
+const PROGRAM: &str = include_str!("../../tests/programs/short_threads.c");
 
 /// One run's figures.
 #[derive(Clone, Copy)]
