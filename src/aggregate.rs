@@ -25,6 +25,11 @@ pub const MAX_DISTINCT_TRACES: usize = 1 << 20;
 pub struct Aggregate {
     /// Distinct traces (oldest branch first) and how often each was seen.
     pub traces: HashMap<Box<[BranchEntry]>, u64>,
+    /// Distinct traces with a call stack (`callstack`), each as one key
+    /// (see [`StackedTrace`]), and how often each was seen.
+    pub stacked: HashMap<Box<[u64]>, u64>,
+    /// The key being looked up (reused: a repeat allocates nothing).
+    scratch: Vec<u64>,
     /// (begin, end) → count.
     pub ranges: HashMap<(u64, u64), u64>,
     /// (from, to) → count.
@@ -36,9 +41,39 @@ pub struct Aggregate {
     pub entries_not_kept: u64,
 }
 
+/// A trace with its call stack, as the key of [`Aggregate::stacked`]:
+/// the number of frames, the frames (leaf first), then each branch's from
+/// and to (oldest first).
+pub struct StackedTrace<'a> {
+    pub stack: &'a [u64],
+    /// Oldest branch first.
+    pub entries: Vec<BranchEntry>,
+}
+
+impl StackedTrace<'_> {
+    pub fn of(key: &[u64]) -> StackedTrace<'_> {
+        let depth = key[0] as usize;
+        let stack = &key[1..1 + depth];
+        let entries = key[1 + depth..]
+            .chunks_exact(2)
+            .map(|p| BranchEntry {
+                from: p[0],
+                to: p[1],
+            })
+            .collect();
+        StackedTrace { stack, entries }
+    }
+}
+
 impl Aggregate {
     /// Adds one trace, oldest branch first.
     pub fn add_trace(&mut self, entries: &[BranchEntry]) {
+        self.add_trace_with_stack(entries, &[]);
+    }
+
+    /// Adds one trace, oldest branch first, with the call stack at its
+    /// newest branch (leaf first; empty: none).
+    pub fn add_trace_with_stack(&mut self, entries: &[BranchEntry], stack: &[u64]) {
         if entries.is_empty() {
             return;
         }
@@ -50,9 +85,25 @@ impl Aggregate {
         for e in entries {
             *self.branches.entry((e.from, e.to)).or_default() += 1;
         }
+        if !stack.is_empty() {
+            self.scratch.clear();
+            self.scratch.push(stack.len() as u64);
+            self.scratch.extend_from_slice(stack);
+            self.scratch
+                .extend(entries.iter().flat_map(|e| [e.from, e.to]));
+            if let Some(count) = self.stacked.get_mut(&self.scratch[..]) {
+                *count += 1;
+            } else if self.distinct() < MAX_DISTINCT_TRACES {
+                self.stacked.insert(self.scratch[..].into(), 1);
+            } else {
+                self.traces_not_kept += 1;
+                self.entries_not_kept += entries.len() as u64;
+            }
+            return;
+        }
         if let Some(count) = self.traces.get_mut(entries) {
             *count += 1;
-        } else if self.traces.len() < MAX_DISTINCT_TRACES {
+        } else if self.distinct() < MAX_DISTINCT_TRACES {
             self.traces.insert(entries.into(), 1);
         } else {
             self.traces_not_kept += 1;
@@ -61,15 +112,31 @@ impl Aggregate {
     }
 
     pub fn add_buffer(&mut self, buffer: &TraceBuffer) {
-        for (entries, _end) in buffer.traces() {
-            self.add_trace(entries);
+        for (entries, _end, stack) in buffer.traces() {
+            self.add_trace_with_stack(entries, stack);
         }
     }
 
-    /// Entries in the distinct-trace table, with repeats: what perf.script
+    /// Distinct traces kept, with a stack or without.
+    pub fn distinct(&self) -> usize {
+        self.traces.len() + self.stacked.len()
+    }
+
+    /// Entries in the distinct-trace tables, with repeats: what perf.script
     /// will hold.
     pub fn entries_kept(&self) -> u64 {
-        self.traces.iter().map(|(t, n)| t.len() as u64 * n).sum()
+        let plain: u64 = self.traces.iter().map(|(t, n)| t.len() as u64 * n).sum();
+        let stacked: u64 = self
+            .stacked
+            .iter()
+            .map(|(k, n)| (k.len() as u64 - 1 - k[0]) / 2 * n)
+            .sum();
+        plain + stacked
+    }
+
+    /// The traces with a stack and their counts.
+    pub fn stacked_traces(&self) -> impl Iterator<Item = (StackedTrace<'_>, u64)> {
+        self.stacked.iter().map(|(k, &n)| (StackedTrace::of(k), n))
     }
 }
 
@@ -107,6 +174,29 @@ mod tests {
         assert_eq!(agg.traces.len(), 1);
         assert_eq!(agg.entries_kept(), 6);
         assert_eq!((agg.traces_seen, agg.entries_seen), (2, 6));
+    }
+
+    #[test]
+    fn traces_with_stacks_are_kept_apart() {
+        let mut agg = Aggregate::default();
+        let t = [e(0x10, 0x40), e(0x48, 0x10)];
+        agg.add_trace_with_stack(&t, &[0x10, 0x99]);
+        agg.add_trace_with_stack(&t, &[0x10, 0x99]);
+        agg.add_trace_with_stack(&t, &[0x10, 0x98]);
+        agg.add_trace(&t);
+        assert_eq!(
+            (agg.traces.len(), agg.stacked.len(), agg.distinct()),
+            (1, 2, 3)
+        );
+        assert_eq!(agg.entries_kept(), 8);
+        assert_eq!(agg.ranges[&(0x40, 0x48)], 4);
+        let mut got: Vec<_> = agg
+            .stacked_traces()
+            .map(|(s, n)| (s.stack.to_vec(), s.entries, n))
+            .collect();
+        got.sort();
+        assert_eq!(got[0], (vec![0x10, 0x98], t.to_vec(), 1));
+        assert_eq!(got[1], (vec![0x10, 0x99], t.to_vec(), 2));
     }
 
     #[test]

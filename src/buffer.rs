@@ -17,6 +17,10 @@ use crossbeam_queue::ArrayQueue;
 pub const BUFFER_ENTRIES: usize = 16_384;
 /// Trace records per buffer.
 pub const BUFFER_TRACES: usize = 4_096;
+/// Call-stack frames per buffer (`callstack`): 16384 × 8 bytes = 128 KiB,
+/// zeroed by the allocator and never touched without call stacks, so
+/// they cost no resident memory then.
+pub const BUFFER_FRAMES: usize = 16_384;
 /// Buffers made in all, for the life of the process (about 320 KiB each, so
 /// at most 320 MiB). A thread takes one at its first sample; the worker
 /// keeps a few spare plus the recent demand (`top_up`); samples that find
@@ -50,6 +54,9 @@ struct TraceRecord {
     start: u32,
     len: u32,
     end: TraceEnd,
+    /// The trace's call stack in `frames` (empty: none).
+    frames_start: u32,
+    frames_len: u32,
 }
 
 /// A buffer of traces: entries in execution order (oldest first), and one
@@ -57,10 +64,15 @@ struct TraceRecord {
 pub struct TraceBuffer {
     entries: Box<[BranchEntry]>,
     traces: Box<[TraceRecord]>,
+    /// Call-stack frames of the closed traces, leaf first each.
+    frames: Box<[u64]>,
     n_entries: usize,
     n_traces: usize,
+    n_frames: usize,
     /// Start of the open trace, if any.
     open: Option<usize>,
+    /// The open trace's call stack in `frames`, as (start, len).
+    open_stack: (u32, u32),
 }
 
 impl TraceBuffer {
@@ -71,7 +83,9 @@ impl TraceBuffer {
             TraceRecord {
                 start: 0,
                 len: 0,
-                end: TraceEnd::Complete
+                end: TraceEnd::Complete,
+                frames_start: 0,
+                frames_len: 0,
             };
             BUFFER_TRACES
         ]
@@ -86,22 +100,43 @@ impl TraceBuffer {
         Box::new(TraceBuffer {
             entries,
             traces,
+            // Zeroed pages from the allocator, left untouched (see
+            // BUFFER_FRAMES).
+            frames: vec![0u64; BUFFER_FRAMES].into_boxed_slice(),
             n_entries: 0,
             n_traces: 0,
+            n_frames: 0,
             open: None,
+            open_stack: (0, 0),
         })
     }
 
-    /// Whether a whole trace of `n` entries fits. Async-signal-safe.
-    pub fn has_room(&self, n: usize) -> bool {
+    /// Whether a whole trace of `n` entries, with a call stack of `frames`
+    /// frames, fits. Async-signal-safe.
+    pub fn has_room(&self, n: usize, frames: usize) -> bool {
         self.open.is_none()
             && self.n_entries + n <= self.entries.len()
             && self.n_traces < self.traces.len()
+            && self.n_frames + frames <= self.frames.len()
     }
 
     /// Opens a trace. Async-signal-safe.
     pub fn open_trace(&mut self) {
         self.open = Some(self.n_entries);
+        self.open_stack = (self.n_frames as u32, 0);
+    }
+
+    /// Gives the open trace its call stack (leaf first); false when there
+    /// is no open trace or no room for it. Async-signal-safe.
+    pub fn set_stack(&mut self, frames: &[u64]) -> bool {
+        let start = self.open_stack.0 as usize;
+        if self.open.is_none() || start + frames.len() > self.frames.len() {
+            return false;
+        }
+        self.frames[start..start + frames.len()].copy_from_slice(frames);
+        self.open_stack.1 = frames.len() as u32;
+        self.n_frames = start + frames.len();
+        true
     }
 
     pub fn is_open(&self) -> bool {
@@ -141,13 +176,17 @@ impl TraceBuffer {
             return false;
         };
         let len = self.n_entries - start;
+        let (frames_start, frames_len) = std::mem::take(&mut self.open_stack);
         if len == 0 {
+            self.n_frames = frames_start as usize;
             return false;
         }
         self.traces[self.n_traces] = TraceRecord {
             start: start as u32,
             len: len as u32,
             end,
+            frames_start,
+            frames_len,
         };
         self.n_traces += 1;
         true
@@ -157,12 +196,15 @@ impl TraceBuffer {
         self.n_traces == 0
     }
 
-    /// Closed traces, oldest first, each oldest branch first.
-    pub fn traces(&self) -> impl Iterator<Item = (&[BranchEntry], TraceEnd)> {
+    /// Closed traces, oldest first, each oldest branch first, with how it
+    /// ended and its call stack (leaf first; empty when it has none).
+    pub fn traces(&self) -> impl Iterator<Item = (&[BranchEntry], TraceEnd, &[u64])> {
         self.traces[..self.n_traces].iter().map(|t| {
+            let frames = t.frames_start as usize..(t.frames_start + t.frames_len) as usize;
             (
                 &self.entries[t.start as usize..(t.start + t.len) as usize],
                 t.end,
+                &self.frames[frames],
             )
         })
     }
@@ -171,7 +213,9 @@ impl TraceBuffer {
     pub fn clear(&mut self) {
         self.n_entries = 0;
         self.n_traces = 0;
+        self.n_frames = 0;
         self.open = None;
+        self.open_stack = (0, 0);
     }
 }
 
@@ -321,7 +365,7 @@ mod tests {
     #[test]
     fn traces_come_back_in_order_with_their_ends() {
         let mut b = TraceBuffer::new();
-        assert!(b.has_room(32));
+        assert!(b.has_room(32, 0));
         b.open_trace();
         assert!(b.push(BranchEntry { from: 1, to: 2 }));
         assert!(b.push(BranchEntry { from: 3, to: 4 }));
@@ -331,7 +375,7 @@ mod tests {
         b.open_trace();
         b.push(BranchEntry { from: 5, to: 6 });
         b.close_trace(TraceEnd::Aborted(AbortReason::SpMismatch));
-        let got: Vec<_> = b.traces().map(|(e, end)| (e.to_vec(), end)).collect();
+        let got: Vec<_> = b.traces().map(|(e, end, _)| (e.to_vec(), end)).collect();
         assert_eq!(got.len(), 2);
         assert_eq!(
             got[0].0,
@@ -346,11 +390,39 @@ mod tests {
     }
 
     #[test]
+    fn call_stacks_go_with_their_traces() {
+        let mut b = TraceBuffer::new();
+        assert!(!b.set_stack(&[1]), "no open trace");
+        b.open_trace();
+        b.push(BranchEntry { from: 1, to: 2 });
+        assert!(b.set_stack(&[0x20, 0x30, 0x40]));
+        b.close_trace(TraceEnd::Complete);
+        // An empty trace's stack is given back.
+        b.open_trace();
+        assert!(b.set_stack(&[0x99; 5]));
+        assert!(!b.close_trace(TraceEnd::Complete));
+        b.open_trace();
+        b.push(BranchEntry { from: 3, to: 4 });
+        b.close_trace(TraceEnd::Aborted(AbortReason::SpMismatch));
+        b.open_trace();
+        b.push(BranchEntry { from: 5, to: 6 });
+        assert!(b.set_stack(&[0x60]));
+        b.close_trace(TraceEnd::Complete);
+        let stacks: Vec<Vec<u64>> = b.traces().map(|(_, _, s)| s.to_vec()).collect();
+        assert_eq!(stacks, [vec![0x20, 0x30, 0x40], vec![], vec![0x60]]);
+        // The frame store bounds the room for a trace with a stack.
+        assert!(b.has_room(1, BUFFER_FRAMES - 4));
+        assert!(!b.has_room(1, BUFFER_FRAMES - 3));
+        b.open_trace();
+        assert!(!b.set_stack(&vec![7; BUFFER_FRAMES - 3]));
+    }
+
+    #[test]
     fn room_check_reserves_a_whole_trace() {
         let mut b = TraceBuffer::new();
         let n = 1000;
         let mut traces = 0;
-        while b.has_room(n) {
+        while b.has_room(n, 0) {
             b.open_trace();
             for i in 0..n {
                 assert!(b.push(BranchEntry {

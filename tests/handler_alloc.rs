@@ -73,12 +73,13 @@ fn enough(mode: &str, samples: u64, breakpoints: u64, segments: u64) -> bool {
     }
 }
 
-/// Runs one session in `mode` on this thread while it does allocation-free
-/// work, and returns the allocations counted on the thread meanwhile.
-fn allocations_in(mode: &str) -> u64 {
+/// Runs one session in `mode` (with `more` options) on this thread while
+/// it does allocation-free work, and returns the allocations counted on
+/// the thread meanwhile.
+fn allocations_in(mode: &str, more: &str) -> u64 {
     let dir = std::env::temp_dir().join(format!("bd-alloc-{}-{mode}", std::process::id()));
     let options = Options::parse_words(&format!(
-        "event=task-clock period=200000 lbr=32 lookahead={mode} out={}",
+        "event=task-clock period=200000 lbr=32 lookahead={mode} {more} out={}",
         dir.display()
     ))
     .expect("valid options");
@@ -120,6 +121,13 @@ fn allocations_in(mode: &str) -> u64 {
          {breakpoints} breakpoints, {segments} emulated segments"
     );
     assert!(summary.contains("\"traces_completed\""));
+    if more.contains("callstack") {
+        let stacks = after.callstacks - before.callstacks;
+        assert!(
+            stacks > 100,
+            "{mode} {more}: only {stacks} call stacks taken"
+        );
+    }
     let n = ALLOCATIONS.load(Ordering::SeqCst);
     eprintln!(
         "{mode}: {samples} samples, {breakpoints} breakpoints, {segments} segments, {n} allocations"
@@ -131,11 +139,16 @@ fn allocations_in(mode: &str) -> u64 {
 /// process): the handlers of each allocate nothing.
 #[test]
 fn handlers_allocate_nothing_while_real_signals_fire() {
-    for mode in ["paper", "emulate", "verify"] {
+    for (mode, more) in [
+        ("paper", ""),
+        ("emulate", ""),
+        ("verify", ""),
+        ("emulate", "callstack=128"),
+    ] {
         assert_eq!(
-            allocations_in(mode),
+            allocations_in(mode, more),
             0,
-            "{mode}: the handler path allocated"
+            "{mode} {more}: the handler path allocated"
         );
     }
 }

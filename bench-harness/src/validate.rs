@@ -413,6 +413,7 @@ mod tests {
             ip: 0,
             entries_newest_first: oldest_first.iter().rev().map(runtime).collect(),
             count: 1,
+            stack: Vec::new(),
         }
     }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use breakdance_protocol::{
     Event, Lookahead, OptionError, SessionOptions, StopOptions, DEFAULT_BRANCH_PERIOD,
-    DEFAULT_CLOCK_PERIOD_NS, DEFAULT_EMULATE_LBR, DEFAULT_LBR, DEFAULT_OUTPUT,
-    DEFAULT_TIMEOUT_SECS, MAX_LBR,
+    DEFAULT_CALLSTACK, DEFAULT_CLOCK_PERIOD_NS, DEFAULT_EMULATE_LBR, DEFAULT_LBR, DEFAULT_OUTPUT,
+    DEFAULT_TIMEOUT_SECS, MAX_CALLSTACK, MAX_LBR,
 };
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{value_parser, Args, Parser, Subcommand, ValueEnum};
@@ -175,6 +175,32 @@ pub struct SessionArgs {
     )]
     pub lookahead: Option<Lookahead>,
     #[arg(
+        short = 'g',
+        long = "call-graph",
+        help = "take the call stack at each trace's newest branch (frame pointers, and the \
+                trace's own calls): perf.script gets hybrid samples and --profgen a \
+                context-sensitive profile",
+        long_help = format!(
+            "take the call stack at each trace's newest branch, as perf record -b -g does \
+             with a hardware LBR, so that llvm-profgen builds a context-sensitive (CSSPGO) \
+             profile.\n\
+             The stack is taken from the emulated state where the trace's Nth branch went: \
+             the calls the trace itself made are exact; older frames come from the \
+             frame-pointer chain, so build with -fno-omit-frame-pointer (a function \
+             without one hides its caller). At most --stack-depth frames \
+             [default: {DEFAULT_CALLSTACK}]. Emulate mode only."
+        )
+    )]
+    pub call_graph: bool,
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "call_graph",
+        value_parser = value_parser!(u32).range(1..=i64::from(MAX_CALLSTACK)),
+        help = format!("frames per call stack with -g, 1..={MAX_CALLSTACK} [default: {DEFAULT_CALLSTACK}]")
+    )]
+    pub stack_depth: Option<u32>,
+    #[arg(
         short,
         long,
         value_name = "DIR",
@@ -200,6 +226,9 @@ impl SessionArgs {
             output: self.output.clone(),
             lookahead: self.lookahead,
             force_dir: self.force_dir,
+            callstack: self
+                .call_graph
+                .then(|| self.stack_depth.unwrap_or(DEFAULT_CALLSTACK)),
         }
     }
 }
@@ -368,7 +397,20 @@ pub enum Parsed {
 /// one line naming the option, as every error of profiler-ctl is.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, UsageError> {
     match Cli::try_parse_from(args) {
-        Ok(cli) => Ok(Parsed::Run(cli)),
+        Ok(cli) => {
+            let session = match &cli.command {
+                Command::Record(r) => Some(&r.session),
+                Command::Start(s) => Some(&s.session),
+                _ => None,
+            };
+            if let Some(s) = session {
+                let mode = s.lookahead.unwrap_or_default();
+                if s.call_graph && mode != Lookahead::Emulate {
+                    return Err(UsageError(OptionError::CallstackMode.to_string()));
+                }
+            }
+            Ok(Parsed::Run(cli))
+        }
         Err(e) => match e.kind() {
             ErrorKind::DisplayHelp
             | ErrorKind::DisplayVersion

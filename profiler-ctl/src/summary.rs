@@ -336,6 +336,7 @@ mod tests {
                 freq: None,
                 lbr: 32,
                 lookahead: Lookahead::Paper,
+                callstack: 0,
             },
             duration_ns: 2_000_000_000,
             threads: 1,

@@ -146,6 +146,19 @@ macro_rules! for_each_counter {
             /// Debug exceptions at the tracer's breakpoint the kernel could
             /// not attribute, dropped instead of passed to the application.
             stray_debug_traps: Count,
+            /// `callstack`: traces written with the call stack taken at
+            /// their newest branch.
+            callstacks: Count,
+            /// `callstack`: frames in those stacks, leaves included.
+            callstack_frames: Count,
+            /// `callstack`: stacks cut at the depth asked for (their
+            /// frames go on beyond it).
+            callstacks_truncated: Count,
+            /// `callstack`: traces written without a stack: a trace that
+            /// ended early (its newest validated branch is not where the
+            /// emulation took the stack), or the buffer's frame store was
+            /// full. With `callstacks`, every trace written.
+            callstacks_missing: Count,
             }
             drops {
             /// Samples dropped because no free buffer was left.

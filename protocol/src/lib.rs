@@ -34,7 +34,8 @@ pub use control::{Request, RequestError, StatusReply};
 pub use counters::{AbortReason, Aborts, CounterKind, Counters, Drops, Host};
 pub use options::{
     Event, Lookahead, OptionError, SessionOptions, StopOptions, DEFAULT_BRANCH_PERIOD,
-    DEFAULT_CLOCK_PERIOD_NS, DEFAULT_EMULATE_LBR, DEFAULT_LBR, DEFAULT_OUTPUT,
-    DEFAULT_TIMEOUT_SECS, ENV_VARIABLES, LIBRARY_FILE, MAX_LBR, PERF_SCRIPT_FILE, SUMMARY_FILE,
+    DEFAULT_CALLSTACK, DEFAULT_CLOCK_PERIOD_NS, DEFAULT_EMULATE_LBR, DEFAULT_LBR, DEFAULT_OUTPUT,
+    DEFAULT_TIMEOUT_SECS, ENV_VARIABLES, LIBRARY_FILE, MAX_CALLSTACK, MAX_LBR, PERF_SCRIPT_FILE,
+    SUMMARY_FILE,
 };
 pub use summary::{ModuleSummary, SchemaError, SessionConfig, Summary, SCHEMA_VERSION};

@@ -28,6 +28,12 @@ pub const DEFAULT_CLOCK_PERIOD_NS: u64 = 10_000_000;
 /// Branch events between traces when a PMU exists (a prime, so as not to
 /// resonate with loop trip counts).
 pub const DEFAULT_BRANCH_PERIOD: u64 = 1_000_003;
+/// The deepest call stack `callstack=N` (`record -g --stack-depth N`) may
+/// ask for.
+pub const MAX_CALLSTACK: u32 = 512;
+/// Frames per call stack when `-g` gives no depth: perf's own default
+/// (`kernel.perf_event_max_stack` is 127 frames plus the leaf).
+pub const DEFAULT_CALLSTACK: u32 = 128;
 /// Output directory when none is given.
 pub const DEFAULT_OUTPUT: &str = "breakdance-out";
 /// How long a control request waits for its answer by default.
@@ -40,7 +46,7 @@ pub const PERF_SCRIPT_FILE: &str = "perf.script";
 
 /// Every variable the library reads at load time. A launcher sets or clears
 /// all of them, so values left in its environment do not mix with its own.
-pub const ENV_VARIABLES: [&str; 10] = [
+pub const ENV_VARIABLES: [&str; 11] = [
     "BREAKDANCE_AUTOSTART",
     "BREAKDANCE_EVENT",
     "BREAKDANCE_PERIOD",
@@ -51,10 +57,11 @@ pub const ENV_VARIABLES: [&str; 10] = [
     "BREAKDANCE_ROOT_PID",
     "BREAKDANCE_LOOKAHEAD",
     "BREAKDANCE_FORCE_DIR",
+    "BREAKDANCE_CALLSTACK",
 ];
 
 /// The session options and the variable each is read from at autostart.
-const OPTION_VARIABLES: [(&str, &str); 7] = [
+const OPTION_VARIABLES: [(&str, &str); 8] = [
     ("event", "BREAKDANCE_EVENT"),
     ("period", "BREAKDANCE_PERIOD"),
     ("freq", "BREAKDANCE_FREQ"),
@@ -62,6 +69,7 @@ const OPTION_VARIABLES: [(&str, &str); 7] = [
     ("out", "BREAKDANCE_OUTPUT"),
     ("lookahead", "BREAKDANCE_LOOKAHEAD"),
     ("force_dir", "BREAKDANCE_FORCE_DIR"),
+    ("callstack", "BREAKDANCE_CALLSTACK"),
 ];
 
 /// The sampling event that picks trace starts.
@@ -212,7 +220,13 @@ pub enum OptionError {
     LbrRange(String),
     #[error("give a period or a frequency, not both")]
     PeriodAndFreq,
-    #[error("unknown option '{0}' (known: event, period, freq, lbr, out, lookahead, force_dir)")]
+    #[error("callstack must be 0 (off) or a depth from 1 to {MAX_CALLSTACK}, got '{0}'")]
+    CallstackRange(String),
+    #[error("callstack needs lookahead emulate: the call stack is taken from the emulated state at the trace's newest branch")]
+    CallstackMode,
+    #[error(
+        "unknown option '{0}' (known: event, period, freq, lbr, out, lookahead, force_dir, callstack)"
+    )]
     UnknownOption(String),
     #[error("lookahead must be paper, emulate or verify, got '{0}'")]
     Lookahead(String),
@@ -239,6 +253,9 @@ pub struct SessionOptions {
     pub lookahead: Option<Lookahead>,
     /// Write into an output directory of another user.
     pub force_dir: bool,
+    /// Take the call stack at each trace's newest branch, at most this
+    /// many frames (leaf included); 0 or `None`: no call stacks.
+    pub callstack: Option<u32>,
 }
 
 fn positive(what: &'static str, v: &str) -> Result<u64, OptionError> {
@@ -271,6 +288,15 @@ impl SessionOptions {
                 self.lbr = Some(n);
             }
             "out" => self.output = Some(PathBuf::from(value)),
+            "callstack" => {
+                let n = value
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n <= MAX_CALLSTACK)
+                    .ok_or_else(|| OptionError::CallstackRange(value.to_string()))?;
+                self.callstack = Some(n);
+            }
             "lookahead" => self.lookahead = Some(Lookahead::parse(value)?),
             "force_dir" => {
                 self.force_dir = match value {
@@ -317,6 +343,9 @@ impl SessionOptions {
         }
         if let Some(m) = self.lookahead {
             pairs.push(("lookahead", m.name().to_string()));
+        }
+        if let Some(n) = self.callstack {
+            pairs.push(("callstack", n.to_string()));
         }
         pairs
     }

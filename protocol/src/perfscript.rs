@@ -6,7 +6,18 @@
 //! per distinct trace: the sample ip (hex, no prefix), then the taken
 //! branches newest first, each `0xFROM/0xTO/P/-/-/0`. A line holding only
 //! a decimal count above one says how often the trace after it was
-//! recorded. The writer's line functions and the reader are here together,
+//! recorded.
+//!
+//! With call stacks (`callstack`, `record -g`) each trace is a *hybrid*
+//! sample, as `perf script -F ip,brstack` prints a `perf record -b -g`
+//! sample and llvm-profgen's hybrid reader expects: after the count line,
+//! one indented line per frame, leaf first, hex without a prefix (the
+//! leaf's pc, then return addresses); then the branches on a line that
+//! begins with a space and `0x`, without the sample ip. A trace written
+//! without a stack in such a file is a branch line alone (llvm-profgen
+//! skips it when it builds a context-sensitive profile).
+//!
+//! The writer's line functions and the reader are here together,
 //! so that what the library writes is what profiler-ctl, bench-harness and
 //! the tests read.
 
@@ -83,6 +94,9 @@ pub struct Trace {
     pub entries_newest_first: Vec<Branch>,
     /// How many times this exact trace was recorded (1 without a count line).
     pub count: u64,
+    /// The call stack at the newest branch, leaf first (the leaf's pc,
+    /// then return addresses); empty when the sample has none.
+    pub stack: Vec<u64>,
 }
 
 impl Trace {
@@ -102,6 +116,28 @@ pub fn write_trace(out: &mut String, count: u64, newest_first: impl IntoIterator
     let ip = entries.peek().map_or(0, |e| e.to);
     let _ = write!(out, "{ip:x}");
     for e in entries {
+        let _ = write!(out, " {:#x}/{:#x}/P/-/-/0", e.from, e.to);
+    }
+    out.push('\n');
+}
+
+/// Appends one hybrid sample to `out`: its count line when above one, one
+/// indented line per frame of `stack` (leaf first), then its branches,
+/// newest first, on a line that begins with a space (no sample ip). An
+/// empty `stack` writes the branch line alone.
+pub fn write_hybrid_trace(
+    out: &mut String,
+    count: u64,
+    stack: &[u64],
+    newest_first: impl IntoIterator<Item = Branch>,
+) {
+    if count > 1 {
+        let _ = writeln!(out, "{count}");
+    }
+    for frame in stack {
+        let _ = writeln!(out, "\t{frame:x}");
+    }
+    for e in newest_first {
         let _ = write!(out, " {:#x}/{:#x}/P/-/-/0", e.from, e.to);
     }
     out.push('\n');
@@ -152,6 +188,7 @@ impl PerfScript {
     pub fn parse(text: &str) -> Result<PerfScript, ParseError> {
         let mut script = PerfScript::default();
         let mut pending_count: Option<(usize, u64)> = None;
+        let mut pending_stack: Option<(usize, Vec<u64>)> = None;
         for (index, raw) in text.lines().enumerate() {
             let line_no = index + 1;
             let err = |message: String| ParseError {
@@ -165,6 +202,23 @@ impl PerfScript {
             if line.starts_with("PERF_RECORD_MMAP2") {
                 script.mmaps.push(parse_mmap(line).map_err(err)?);
                 continue;
+            }
+            let indented = raw.starts_with([' ', '\t']);
+            if indented && !line.contains([' ', '/']) {
+                // A call-stack frame: hex, no prefix.
+                let frame = u64::from_str_radix(line, 16)
+                    .map_err(|_| err(format!("call-stack frame '{line}' is not hex")))?;
+                pending_stack
+                    .get_or_insert_with(|| (line_no, Vec::new()))
+                    .1
+                    .push(frame);
+                continue;
+            }
+            if let Some((at, _)) = pending_stack.as_ref().filter(|_| !line.contains('/')) {
+                return Err(ParseError {
+                    line: *at,
+                    message: "call stack not followed by its branch line".into(),
+                });
             }
             if line.bytes().all(|b| b.is_ascii_digit()) {
                 if let Some((at, _)) = pending_count {
@@ -182,25 +236,45 @@ impl PerfScript {
                 pending_count = Some((line_no, count));
                 continue;
             }
-            let mut fields = line.split(' ').filter(|f| !f.is_empty());
-            let ip_text = fields.next().unwrap_or_default();
-            let ip = u64::from_str_radix(ip_text, 16)
-                .map_err(|_| err(format!("sample ip '{ip_text}' is not hex")))?;
+            let mut fields = line.split(' ').filter(|f| !f.is_empty()).peekable();
+            let ip_text = fields.peek().copied().unwrap_or_default();
+            let ip = if ip_text.contains('/') {
+                // A hybrid sample's branch line: no sample ip.
+                None
+            } else {
+                fields.next();
+                Some(
+                    u64::from_str_radix(ip_text, 16)
+                        .map_err(|_| err(format!("sample ip '{ip_text}' is not hex")))?,
+                )
+            };
             let entries = fields
                 .map(parse_entry)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(err)?;
             let count = pending_count.take().map_or(1, |(_, c)| c);
+            let stack = pending_stack.take().map(|(_, s)| s).unwrap_or_default();
+            let ip = ip
+                .or(stack.first().copied())
+                .or(entries.first().map(|e| e.to))
+                .unwrap_or(0);
             script.traces.push(Trace {
                 ip,
                 entries_newest_first: entries,
                 count,
+                stack,
             });
         }
         if let Some((at, _)) = pending_count {
             return Err(ParseError {
                 line: at,
                 message: "repeat count at end of file".into(),
+            });
+        }
+        if let Some((at, _)) = pending_stack {
+            return Err(ParseError {
+                line: at,
+                message: "call stack at end of file".into(),
             });
         }
         Ok(script)
@@ -344,6 +418,44 @@ PERF_RECORD_MMAP2 4242/4242: [0x7f0000028000(0x195000) @ 0x28000 fe:01 2345 0]: 
         assert_eq!((s.traces[0].ip, s.traces[0].count), (0x40, 3));
         assert!(s.traces[0].execution_order().eq(entries.iter()));
         assert_eq!((s.traces[1].ip, s.traces[1].count), (0x20, 1));
+    }
+
+    #[test]
+    fn hybrid_samples_read_back_with_their_stacks() {
+        let entries = [
+            Branch {
+                from: 0x401010,
+                to: 0x401100,
+            },
+            Branch {
+                from: 0x401120,
+                to: 0x401136,
+            },
+        ];
+        let mut text = String::new();
+        write_hybrid_trace(
+            &mut text,
+            2,
+            &[0x401136, 0x401205, 0x401299],
+            entries.iter().rev().copied(),
+        );
+        write_hybrid_trace(&mut text, 1, &[], entries[..1].iter().copied());
+        // The frame lines are indented, so a leaf whose hex is all decimal
+        // digits is not taken for a count.
+        assert!(text.starts_with("2\n\t401136\n\t401205\n\t401299\n 0x401120/0x401136/"));
+        let s = PerfScript::parse(&text).unwrap();
+        assert_eq!(s.traces.len(), 2);
+        assert_eq!(s.traces[0].stack, [0x401136, 0x401205, 0x401299]);
+        assert_eq!((s.traces[0].ip, s.traces[0].count), (0x401136, 2));
+        assert!(s.traces[0].execution_order().eq(entries.iter()));
+        assert!(s.traces[1].stack.is_empty());
+        assert_eq!(s.traces[1].ip, 0x401100);
+        let e = PerfScript::parse("\t401136\n").unwrap_err();
+        assert!(e.message.contains("end of file"), "{e}");
+        let e = PerfScript::parse("\t401136\n3\n 0x1/0x2/P/-/-/0\n").unwrap_err();
+        assert!(e.message.contains("not followed"), "{e}");
+        let e = PerfScript::parse("\t40113g\n 0x1/0x2/P/-/-/0\n").unwrap_err();
+        assert!(e.message.contains("not hex"), "{e}");
     }
 
     #[test]

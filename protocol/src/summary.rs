@@ -57,6 +57,9 @@ pub struct SessionConfig {
     pub freq: Option<u64>,
     pub lbr: u32,
     pub lookahead: Lookahead,
+    /// Frames per call stack (`callstack`); 0: none taken.
+    #[serde(default)]
+    pub callstack: u32,
 }
 
 impl Default for SessionConfig {
@@ -67,6 +70,7 @@ impl Default for SessionConfig {
             freq: None,
             lbr: Lookahead::default().default_lbr(),
             lookahead: Lookahead::default(),
+            callstack: 0,
         }
     }
 }

@@ -60,6 +60,8 @@ pub struct Resolved {
     pub output: PathBuf,
     pub force_dir: bool,
     pub lookahead: breakdance_protocol::Lookahead,
+    /// Frames per call stack; 0: none.
+    pub callstack: usize,
 }
 
 /// Picks the default event (a hardware branch event where a PMU exists,
@@ -83,6 +85,10 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
     );
     check_output_dir(&output, o.force_dir)?;
     let lookahead = o.lookahead.unwrap_or_default();
+    let callstack = o.callstack.unwrap_or(0) as usize;
+    if callstack > 0 && lookahead != breakdance_protocol::Lookahead::Emulate {
+        return Err(OptionError::CallstackMode.into());
+    }
     Ok(Resolved {
         event,
         sampling: SamplingEvent {
@@ -97,6 +103,7 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
         output,
         force_dir: o.force_dir,
         lookahead,
+        callstack,
     })
 }
 

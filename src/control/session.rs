@@ -274,6 +274,9 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer.threads_registered.store(0, Ordering::Relaxed);
     tracer.lbr.store(resolved.lbr, Ordering::Relaxed);
     tracer
+        .callstack
+        .store(resolved.callstack, Ordering::Relaxed);
+    tracer
         .lookahead
         .store(resolved.lookahead as u8, Ordering::Relaxed);
     // Every asynchronous signal is blocked while the handler runs: an
@@ -456,6 +459,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
             freq: r.freq,
             lbr: r.lbr as u32,
             lookahead: r.lookahead,
+            callstack: r.callstack as u32,
         },
         duration_ns: sys::now_ns() - running.started_ns,
         threads: tracer.threads_registered.load(Ordering::Relaxed),

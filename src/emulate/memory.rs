@@ -240,6 +240,24 @@ impl LiveMemory {
         Ok((value, any_real))
     }
 
+    /// The qword at the 8-byte-aligned `addr` as the segment sees it now
+    /// (its stores over the value it read, or over real memory), without
+    /// logging it: the call-stack walk reads the thread's older frames,
+    /// which the checkpoint need not check. `None` if unreadable.
+    pub fn peek(&self, probe: &impl Probe, addr: u64) -> Option<u64> {
+        debug_assert_eq!(addr & 7, 0);
+        let (ov_value, ov_mask) = self.stored(addr).map_or((0, 0), |s| (s.value, s.mask));
+        if ov_mask == 0xff {
+            return Some(ov_value);
+        }
+        let loads = &self.loads;
+        let real = match self.load_index.find(addr, |p| loads[p].addr) {
+            Ok(p) => self.loads[p].value,
+            Err(_) => probe.read_qword(addr)?,
+        };
+        Some((ov_value & bits(ov_mask)) | (real & !bits(ov_mask)))
+    }
+
     /// Stores the low `size` (1 to 8) bytes of `value` at `addr` into the
     /// overlay.
     pub fn store(&mut self, addr: u64, size: usize, value: u64) -> Result<(), AccessError> {

@@ -18,6 +18,7 @@ pub mod code;
 pub mod context;
 pub mod memory;
 mod predict;
+pub mod stack;
 pub mod visits;
 
 pub use predict::{Prediction, Predictions, MAX_PREDICTIONS};
@@ -31,6 +32,7 @@ use crate::buffer::{AbortReason, BranchEntry, TraceBuffer};
 use crate::exec_map::ExecMap;
 use code::Code;
 use memory::{AccessError, LiveMemory, MemoryCheck, Probe};
+use stack::{CallStack, Shadow, STACK_SPAN};
 use visits::Visits;
 
 /// Instructions one segment may emulate (bounded by the visit table).
@@ -123,6 +125,25 @@ impl SpecMemory {
             return immutable && addr.saturating_add(size as u64) <= end;
         }
         immutable && addr.saturating_add(size as u64) <= end
+    }
+
+    /// The qword at `addr` as the segment sees it, not logged (see
+    /// `LiveMemory::peek`).
+    fn peek(&self, addr: u64) -> Option<u64> {
+        self.live.peek(&RealMemory, addr)
+    }
+
+    /// Whether `ret` can be a return address: in an executable mapping,
+    /// right after a call instruction (`stack::follows_call`).
+    fn is_return_address(&mut self, ret: u64) -> bool {
+        let Some((start, _)) = self.exec_range(ret) else {
+            return false;
+        };
+        if ret.saturating_sub(start) < 7 {
+            return false;
+        }
+        let mut before = [0u8; 7];
+        self.exec.read_code(ret - 7, &mut before) == 7 && stack::follows_call(&before)
     }
 }
 
@@ -332,6 +353,13 @@ pub struct Emulator {
     code: Code,
     /// Steps run in every pass, kept or redone (see [`Emulator::take_steps_run`]).
     steps_run: u64,
+    /// Frames of call stack to take at the Nth branch (0: none; see
+    /// [`stack`]).
+    callstack_depth: usize,
+    /// The pass's calls not yet returned.
+    shadow: Box<Shadow>,
+    /// The stack taken at the Nth branch of the last pass.
+    stack: Box<CallStack>,
     /// The state predicted at the checkpoint of the last segment.
     pub predicted: CpuState,
 }
@@ -366,6 +394,9 @@ impl Emulator {
             addr_of_mut!((*p).visits).write(Visits::new());
             addr_of_mut!((*p).code).write(code);
             addr_of_mut!((*p).steps_run).write(0);
+            addr_of_mut!((*p).callstack_depth).write(0);
+            addr_of_mut!((*p).shadow).write(bytemuck::zeroed_box());
+            addr_of_mut!((*p).stack).write(bytemuck::zeroed_box());
             addr_of_mut!((*p).predicted).write(INITIAL);
             emulator.assume_init()
         }
@@ -382,6 +413,9 @@ impl Emulator {
             visits: _,
             code: _,
             steps_run: _,
+            callstack_depth: _,
+            shadow: _,
+            stack: _,
             predicted: _,
         } = self;
     }
@@ -390,6 +424,63 @@ impl Emulator {
     /// signal frame).
     pub fn state_mut(&mut self) -> &mut CpuState {
         &mut self.cpu.regs
+    }
+
+    /// Frames of call stack the next runs take at the Nth branch (0: none).
+    pub fn set_callstack_depth(&mut self, depth: usize) {
+        self.callstack_depth = depth.min(stack::MAX_FRAMES);
+    }
+
+    /// A new trace begins: its calls so far are not known.
+    pub fn begin_trace(&mut self) {
+        self.shadow.clear();
+        self.stack.clear();
+    }
+
+    /// The call stack taken at the Nth branch of the last pass, if it got
+    /// there with call stacks on.
+    pub fn callstack(&self) -> Option<&CallStack> {
+        self.stack.taken.then_some(&*self.stack)
+    }
+
+    /// Takes the call stack where the Nth branch went (`leaf`), from the
+    /// predicted state: the pass's own calls, then the frame-pointer chain
+    /// above them (see [`stack`]).
+    fn take_stack(&mut self, leaf: u64) {
+        let depth = self.callstack_depth;
+        let st = &mut *self.stack;
+        st.clear();
+        st.taken = true;
+        st.push(leaf, depth);
+        let rsp = self.cpu.regs.gpr[4];
+        // Frames of the chain count only above the last slot known; the
+        // chain starts from the rbp of the outermost call known.
+        let mut outer = rsp;
+        let mut rbp = self.cpu.regs.gpr[5];
+        for (ret, slot, rbp_at_call) in self.shadow.innermost_first() {
+            if !st.push(ret, depth) {
+                return;
+            }
+            outer = slot;
+            rbp = rbp_at_call;
+        }
+        let top = rsp.saturating_add(STACK_SPAN);
+        while rbp & 7 == 0 && rbp >= rsp && rbp < top {
+            let mem = &mut self.cpu.mem;
+            let (Some(saved), Some(ret)) = (mem.peek(rbp), mem.peek(rbp + 8)) else {
+                break;
+            };
+            if rbp + 8 > outer {
+                if !mem.is_return_address(ret) || !st.push(ret, depth) {
+                    break;
+                }
+                outer = rbp + 8;
+            }
+            if saved <= rbp {
+                break;
+            }
+            rbp = saved;
+        }
     }
 
     /// Checks the thread's state at the checkpoint, read into
@@ -434,6 +525,7 @@ impl Emulator {
     /// [`Emulator::run`] between entering and leaving the decoded code.
     fn run_entered(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
         self.start = self.cpu.regs;
+        let shadow = self.shadow.mark();
         let before = sink.len();
         let mut pass = self.pass(
             sink,
@@ -485,6 +577,7 @@ impl Emulator {
         }
         if let Some((steps, end)) = pass.redo {
             self.cpu.regs = self.start;
+            self.shadow.restore(shadow);
             sink.truncate(before);
             pass = self.pass(sink, wanted, steps, end, cut);
         }
@@ -543,6 +636,10 @@ impl Emulator {
         let mut arrivals = 0u32;
         self.cpu.mem.live.reset();
         self.visits.reset();
+        let callstacks = self.callstack_depth > 0;
+        if callstacks {
+            self.stack.clear();
+        }
         let exec = self.cpu.mem.exec;
         let has_rseq = exec.has_rseq();
         let table = table();
@@ -654,6 +751,17 @@ impl Emulator {
                         }) {
                             return done(SegmentEnd::Complete, entries, steps, fresh);
                         }
+                        if callstacks {
+                            match r.kind {
+                                BranchKind::DirectCall | BranchKind::IndirectCall => {
+                                    let regs = &self.cpu.regs;
+                                    let ret = r.ip + u64::from(r.len);
+                                    self.shadow.call(ret, regs.gpr[4], regs.gpr[5]);
+                                }
+                                BranchKind::Return => self.shadow.returned(self.cpu.regs.gpr[4]),
+                                _ => {}
+                            }
+                        }
                         entries += 1;
                         if entries == wanted {
                             nth = Some(Nth {
@@ -661,6 +769,9 @@ impl Emulator {
                                 target: r.next_rip,
                                 prior: self.visits.count(r.next_rip),
                             });
+                            if callstacks {
+                                self.take_stack(r.next_rip);
+                            }
                         }
                     }
                 }

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use breakdance_protocol::elf_layout::ElfLayout;
 use breakdance_protocol::perfscript::{self, Branch, Mmap};
 
-use crate::aggregate::Aggregate;
+use crate::aggregate::{Aggregate, StackedTrace};
 use crate::modules::Module;
 
 /// `perf script -F ip,brstack --show-mmap-events` text, as llvm-profgen
@@ -35,14 +35,33 @@ pub fn perf_script(agg: &Aggregate, modules: &[Module], pid: i32) -> String {
             .write(&mut out);
         }
     }
+    let branch = |e: &crate::buffer::BranchEntry| Branch {
+        from: e.from,
+        to: e.to,
+    };
+    // With call stacks the file is hybrid (see `perfscript`): stacked
+    // traces first, so llvm-profgen's look at the first samples finds a
+    // stack; then the traces without one, as branch lines alone.
+    let mut stacked: Vec<_> = agg.stacked.iter().collect();
+    stacked.sort_unstable_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    for (key, &count) in &stacked {
+        let t = StackedTrace::of(key);
+        perfscript::write_hybrid_trace(
+            &mut out,
+            count,
+            t.stack,
+            t.entries.iter().rev().map(branch),
+        );
+    }
     let mut traces: Vec<_> = agg.traces.iter().collect();
     traces.sort_unstable_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
     for (entries, &count) in traces {
-        let newest_first = entries.iter().rev().map(|e| Branch {
-            from: e.from,
-            to: e.to,
-        });
-        perfscript::write_trace(&mut out, count, newest_first);
+        let newest_first = entries.iter().rev().map(branch);
+        if stacked.is_empty() {
+            perfscript::write_trace(&mut out, count, newest_first);
+        } else {
+            perfscript::write_hybrid_trace(&mut out, count, &[], newest_first);
+        }
     }
     out
 }
@@ -86,11 +105,17 @@ pub fn module_profile(agg: &Aggregate, module: &Module) -> ModuleProfile {
                 .or_default() += n;
         }
     }
-    for (entries, &n) in &agg.traces {
-        if let Some(last) = entries.last() {
-            if module.contains(last.to) {
-                *p.addresses.entry(module.vaddr_of(last.to)).or_default() += n;
-            }
+    let newest_targets = agg
+        .traces
+        .iter()
+        .map(|(entries, &n)| (entries.last().map(|e| e.to), n))
+        .chain(
+            agg.stacked_traces()
+                .map(|(t, n)| (t.entries.last().map(|e| e.to), n)),
+        );
+    for (to, n) in newest_targets {
+        if let Some(to) = to.filter(|&to| module.contains(to)) {
+            *p.addresses.entry(module.vaddr_of(to)).or_default() += n;
         }
     }
     p

@@ -118,7 +118,7 @@ pub fn write_session(
         counters,
         traces_aborted: report.counters.aborted(),
         traces_written: agg.traces_seen - agg.traces_not_kept,
-        distinct_traces: agg.traces.len() as u64,
+        distinct_traces: agg.distinct() as u64,
         entries_written: agg.entries_kept(),
         modules: module_rows
             .into_iter()

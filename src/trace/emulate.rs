@@ -86,6 +86,7 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
         return;
     };
     context::read(uc.raw(), emu.state_mut());
+    emu.begin_trace();
     let resumed = emu.state_mut().rflags & context::RF != 0;
     advance(tracer, slot, t, resumed);
     Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
@@ -214,6 +215,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
         return;
     }
     let wanted = lbr - committed;
+    emu.set_callstack_depth(tracer.callstack.load(std::sync::atomic::Ordering::Relaxed));
     // Before the first push: whatever happens to this handler, the entries
     // after `committed` are not the trace's until validated.
     t.committed = Some(committed);

@@ -64,7 +64,8 @@ pub(super) fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace,
 pub(super) fn make_room(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
     let c = &slot.counters;
     let lbr = tracer.lbr.load(Ordering::Relaxed);
-    let needs_swap = t.buffer.as_ref().is_some_and(|b| !b.has_room(lbr));
+    let frames = tracer.callstack.load(Ordering::Relaxed);
+    let needs_swap = t.buffer.as_ref().is_some_and(|b| !b.has_room(lbr, frames));
     if needs_swap {
         if let Some(full) = t.buffer.take() {
             // The queue holds every buffer the pool ever made: no overflow.
@@ -90,12 +91,32 @@ pub(super) fn close_open_trace(t: &mut ThreadTrace, c: &Counters, end: TraceEnd)
             tracer.exec.request_refresh();
         }
     }
+    let callstacks = super::tracer().is_some_and(|tr| tr.callstack.load(Ordering::Relaxed) > 0);
     if let Some(b) = t.buffer.as_mut() {
         if b.is_open() {
+            // The stack the emulator took at the Nth branch is this
+            // trace's only when the trace has its N branches: one that
+            // ended early ends at an older branch.
+            let stack = match end {
+                TraceEnd::Complete if callstacks => t.emu.as_ref().and_then(|e| e.callstack()),
+                _ => None,
+            };
+            let stacked = stack.is_some_and(|s| b.set_stack(s.frames()));
             if !b.close_trace(end) {
                 // Ended before its first entry: counted by how it ended,
                 // and here, since no buffer holds it.
                 Counters::bump(&c.traces_empty);
+            } else if callstacks {
+                match stack.filter(|_| stacked) {
+                    Some(s) => {
+                        Counters::bump(&c.callstacks);
+                        Counters::add(&c.callstack_frames, s.frames().len() as u64);
+                        if s.truncated {
+                            Counters::bump(&c.callstacks_truncated);
+                        }
+                    }
+                    None => Counters::bump(&c.callstacks_missing),
+                }
             }
             match end {
                 TraceEnd::Complete => Counters::bump(&c.traces_completed),

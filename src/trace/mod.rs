@@ -415,6 +415,8 @@ pub struct Tracer {
     pub lbr: AtomicUsize,
     /// The session's `Lookahead`.
     pub lookahead: AtomicU8,
+    /// Frames per call stack of the running session (0: none).
+    pub callstack: AtomicUsize,
     /// Sessions accept new threads only while this is set.
     pub running: AtomicBool,
     /// Counters of threads retired during the session.
@@ -449,6 +451,7 @@ pub fn tracer_or_init() -> &'static Tracer {
         states: StatePools::new(),
         lbr: AtomicUsize::new(32),
         lookahead: AtomicU8::new(Lookahead::Emulate as u8),
+        callstack: AtomicUsize::new(0),
         running: AtomicBool::new(false),
         retired: Counters::default(),
         table_full: Default::default(),

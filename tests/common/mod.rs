@@ -220,23 +220,30 @@ pub const DROP_KINDS: [&str; 6] = [
 /// Traces (repeat counts included) and entries in a perf.script text,
 /// counted from its lines alone, without the harness's parser: a line that
 /// is only a decimal number is the repeat count of the sample line after
-/// it; a sample line is a hex ip followed by `0xFROM/0xTO/...` entries.
+/// it; a sample line is a hex ip followed by `0xFROM/0xTO/...` entries, or
+/// (a hybrid sample, with call stacks) the entries alone after indented
+/// lines of one hex frame each.
 pub fn raw_script_counts(path: &Path) -> (u64, u64) {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let (mut traces, mut entries, mut repeat) = (0u64, 0u64, 1u64);
-    for line in text.lines() {
-        let line = line.trim();
+    for raw in text.lines() {
+        let line = raw.trim();
         if line.is_empty() || line.starts_with("PERF_RECORD_") {
+            continue;
+        }
+        if raw.starts_with('\t') && !line.contains(' ') && !line.contains('/') {
+            // A call-stack frame.
             continue;
         }
         if line.bytes().all(|b| b.is_ascii_digit()) {
             repeat = line.parse().expect("repeat count");
             continue;
         }
+        let has_ip = !line.split(' ').next().unwrap_or_default().contains('/');
         let n = line
             .split(' ')
-            .skip(1)
+            .skip(usize::from(has_ip))
             .filter(|w| w.starts_with("0x") && w.matches('/').count() == 5)
             .count() as u64;
         assert!(

@@ -1,0 +1,287 @@
+//! Call stacks (`record -g`): each trace's stack, taken at its newest
+//! branch, checked against the code itself, and accepted by llvm-profgen
+//! as the input of a context-sensitive profile.
+//!
+//! tests/programs/callchains.c calls each function from one place, so the
+//! right stack is known by construction. Every stack must:
+//! - begin where the trace's newest branch went (0 skid);
+//! - have, after each frame in the program, a return address that follows
+//!   a `call rel32` to the function of the frame inside it (the program is
+//!   built with frame pointers and without sibling calls, so every frame is
+//!   a real call);
+//! - reach main when its leaf is in the program (no frame lost), through
+//!   the leaf `spin_nofp` too, which keeps no frame pointer and uses rbp as
+//!   a counter.
+//!
+//! Each of the four chains must be seen at least `MIN_PER_CHAIN` times;
+//! a machine fast enough to do the work in fewer samples runs the program
+//! again (each run checked), up to `MAX_RUNS` runs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use bench_harness::elf::ModuleMap;
+use common::*;
+
+const PERIOD_NS: u64 = 200_000;
+const ITERATIONS: &str = "200000";
+const MAX_RUNS: usize = 8;
+/// Stacks of each known chain wanted (measured: 280 to 1,000 of each in
+/// one run of about 2,400 traces on a 2-core Xeon).
+const MIN_PER_CHAIN: u64 = 30;
+const FLAGS: [&str; 5] = [
+    "-O2",
+    "-g",
+    "-fno-omit-frame-pointer",
+    "-mno-omit-leaf-frame-pointer",
+    "-fno-optimize-sibling-calls",
+];
+
+/// The chains of callchains.c, leaf first, as function names.
+fn known_chains() -> Vec<Vec<&'static str>> {
+    vec![
+        vec!["leaf_c", "mid_b", "outer_a", "main"],
+        vec!["leaf_c", "outer_d", "main"],
+        vec!["leaf_c", "rec", "rec", "rec", "rec", "rec", "main"],
+        vec!["spin_nofp", "via_nofp", "main"],
+    ]
+}
+
+/// Checks every stack of one recording; returns how often each chain of
+/// program frames (leaf first, names) was seen.
+fn check_stacks(rec: &Recording, program: &str) -> BTreeMap<Vec<String>, u64> {
+    let (modules, errors) = ModuleMap::from_mmaps(&rec.script.mmaps);
+    assert!(errors.is_empty(), "{errors:?}");
+    let (index, module) = modules
+        .module_by_basename(program)
+        .expect("the program's mapping");
+    // The program's frame at a runtime address: (vaddr, function).
+    let in_program = |address: u64| {
+        let (m, vaddr) = modules.resolve(address)?;
+        (m == index).then(|| (vaddr, module.symbol_at(vaddr)))
+    };
+    let mut chains = BTreeMap::new();
+    let mut stacked = 0u64;
+    for trace in &rec.script.traces {
+        let Some((&leaf, callers)) = trace.stack.split_first() else {
+            continue;
+        };
+        stacked += trace.count;
+        let newest = trace.entries_newest_first[0];
+        assert_eq!(
+            leaf, newest.to,
+            "a stack's leaf {leaf:#x} is not where the newest branch went ({:#x})",
+            newest.to
+        );
+        let mut names = Vec::new();
+        let mut inner = in_program(leaf).and_then(|(_, s)| s);
+        if let Some(s) = inner {
+            names.push(s.name.clone());
+        }
+        for &ret in callers {
+            let Some((vaddr, function)) = in_program(ret) else {
+                break;
+            };
+            let call = module
+                .code_bytes(vaddr - 5, 5)
+                .expect("code before a return address");
+            assert_eq!(
+                call[0], 0xe8,
+                "return address {ret:#x} (vaddr {vaddr:#x}) does not follow a call rel32 \
+                 (stack {:x?})",
+                trace.stack
+            );
+            let target =
+                vaddr.wrapping_add(i32::from_le_bytes(call[1..5].try_into().unwrap()) as u64);
+            if let Some(callee) = inner {
+                assert_eq!(
+                    target, callee.address,
+                    "frame at {ret:#x}: its call goes to {target:#x}, not to {} at {:#x}, \
+                     the frame inside it: a frame is missing (stack {:x?})",
+                    callee.name, callee.address, trace.stack
+                );
+            }
+            let function = function.expect("a return address inside a function");
+            names.push(function.name.clone());
+            inner = Some(function);
+        }
+        if !names.is_empty() {
+            assert_eq!(
+                names.last().map(String::as_str),
+                Some("main"),
+                "a stack whose leaf is in the program stops before main: {names:?} \
+                 (stack {:x?})",
+                trace.stack
+            );
+            *chains.entry(names).or_insert(0) += trace.count;
+        }
+    }
+    let c = |name: &str| counter(&rec.summary, name);
+    assert_eq!(
+        c("callstacks"),
+        stacked,
+        "callstacks ≠ the stacks in perf.script"
+    );
+    assert_eq!(
+        c("callstacks") + c("callstacks_missing"),
+        c("traces_written"),
+        "callstacks + callstacks_missing ≠ traces_written: {}",
+        rec.summary
+    );
+    chains
+}
+
+#[test]
+fn stacks_follow_the_calls_the_program_made() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("callstack");
+    let binary = build(&clang, &dir.0, "callchains", &["callchains.c"], &FLAGS);
+    let native = run_native(&binary, &[ITERATIONS], &[]);
+    assert!(native.status.success(), "{native:?}");
+    let mut seen: BTreeMap<Vec<String>, u64> = BTreeMap::new();
+    let enough = |seen: &BTreeMap<Vec<String>, u64>| {
+        known_chains().iter().all(|chain| {
+            let key: Vec<String> = chain.iter().map(|s| s.to_string()).collect();
+            seen.get(&key).copied().unwrap_or(0) >= MIN_PER_CHAIN
+        })
+    };
+    let mut last = None;
+    for run in 0..MAX_RUNS {
+        let out = dir.path(&format!("out{run}"));
+        let profiled = record_with(
+            &tracer,
+            &out,
+            PERIOD_NS,
+            &["-g"],
+            &binary,
+            &[ITERATIONS],
+            &[],
+        );
+        assert_same_behaviour("callchains -g", &native, &profiled);
+        let rec = load(&out);
+        check_reconciles(&rec);
+        for (chain, n) in check_stacks(&rec, "callchains") {
+            *seen.entry(chain).or_insert(0) += n;
+        }
+        last = Some(rec);
+        if enough(&seen) {
+            break;
+        }
+    }
+    assert!(
+        enough(&seen),
+        "each known chain {MIN_PER_CHAIN} times or more, in {MAX_RUNS} runs: {seen:#?}"
+    );
+    let rec = last.expect("one run");
+    if let Some(profgen) = tool("llvm-profgen-19") {
+        check_profgen_contexts(&profgen, &rec.dir, &binary, &dir.path("cs.prof"));
+    }
+}
+
+/// llvm-profgen reads the hybrid samples as stacks (no truncation
+/// warning) and writes the known contexts. The preinliner and nested
+/// output are off, so that every context it unwound is a line of its own.
+fn check_profgen_contexts(profgen: &Path, dir: &Path, binary: &Path, output: &Path) {
+    let out = run_tool(
+        Command::new(profgen)
+            .arg(format!(
+                "--perfscript={}",
+                dir.join("perf.script").display()
+            ))
+            .arg(format!("--binary={}", binary.display()))
+            .arg(format!("--output={}", output.display()))
+            .args([
+                "--format=text",
+                "--csspgo-preinliner=0",
+                "--gen-cs-nested-profile=0",
+            ]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("truncated stack samples"),
+        "llvm-profgen truncated stacks: {stderr}"
+    );
+    let profile = std::fs::read_to_string(output).expect("the profile");
+    let contexts: Vec<&str> = profile.lines().filter(|l| l.starts_with('[')).collect();
+    for wanted in [
+        " @ outer_a:",
+        " @ mid_b:",
+        " @ outer_d:",
+        " @ rec:",
+        " @ leaf_c]",
+    ] {
+        assert!(
+            contexts
+                .iter()
+                .any(|c| c.starts_with("[main:") && c.contains(wanted)),
+            "no context with '{wanted}' in llvm-profgen's profile: {contexts:?}"
+        );
+    }
+}
+
+#[test]
+fn stacks_stop_at_the_depth_asked_for() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("callstack-depth");
+    let binary = build(&clang, &dir.0, "callchains", &["callchains.c"], &FLAGS);
+    let out = dir.path("out");
+    let profiled = record_with(
+        &tracer,
+        &out,
+        PERIOD_NS,
+        &["-g", "--stack-depth", "3"],
+        &binary,
+        &["20000"],
+        &[],
+    );
+    assert!(profiled.status.success(), "{profiled:?}");
+    let rec = load(&out);
+    let deepest = rec.script.traces.iter().map(|t| t.stack.len()).max();
+    assert_eq!(deepest, Some(3), "stacks of at most 3 frames, some of 3");
+    // The rec chain alone has 7 frames in the program.
+    assert!(
+        counter(&rec.summary, "callstacks_truncated") > 0,
+        "no stack counted as truncated: {}",
+        rec.summary
+    );
+}
+
+#[test]
+fn call_stacks_need_the_emulate_mode() {
+    let tracer = tracer();
+    let out = ctl_output(
+        &tracer,
+        &["record", "-g", "--lookahead", "paper", "--", "true"],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("callstack needs lookahead emulate") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    let out = ctl_output(&tracer, &["record", "--stack-depth", "8", "--", "true"]);
+    assert!(!out.status.success());
+    let out = ctl_output(
+        &tracer,
+        &["record", "-g", "--stack-depth", "0", "--", "true"],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--stack-depth"), "{stderr}");
+}
+
+fn ctl_output(tracer: &Tracer, args: &[&str]) -> std::process::Output {
+    Command::new(&tracer.ctl)
+        .args(args)
+        .output()
+        .expect("run profiler-ctl")
+}

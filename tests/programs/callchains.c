@@ -1,0 +1,81 @@
+/* Call chains known by construction, for the call-stack tests
+ * (tests/callstack.rs). Every function is called from one place only:
+ *
+ *   main -> outer_a -> mid_b -> leaf_c
+ *   main -> outer_d -> leaf_c
+ *   main -> rec(4) -> rec(3) -> ... -> rec(0) -> leaf_c    (5 frames of rec)
+ *   main -> via_nofp -> spin_nofp
+ *
+ * spin_nofp is assembly that keeps no frame pointer and uses rbp as a
+ * counter: a stack taken inside it is right only if the unwinder does not
+ * trust rbp there. Its loop takes about 24 branches per call, so a
+ * 128-branch trace that ends inside it holds the call into it.
+ *
+ * Usage: callchains [ITERATIONS]; prints a checksum. */
+#include <stdio.h>
+#include <stdlib.h>
+
+unsigned spin_nofp(unsigned long n);
+__asm__(".text\n"
+        ".globl spin_nofp\n"
+        ".type spin_nofp, @function\n"
+        "spin_nofp:\n"
+        "  push %rbp\n"
+        "  mov %rdi, %rbp\n"
+        "  xor %eax, %eax\n"
+        "1:\n"
+        "  add %ebp, %eax\n"
+        "  test $1, %ebp\n"
+        "  jz 2f\n"
+        "  xor $0x55, %eax\n"
+        "2:\n"
+        "  dec %rbp\n"
+        "  jnz 1b\n"
+        "  pop %rbp\n"
+        "  ret\n"
+        ".size spin_nofp, .-spin_nofp\n");
+
+__attribute__((noinline)) unsigned leaf_c(unsigned x, int n) {
+  unsigned h = x;
+  for (int i = 0; i < n; i++) {
+    h = h * 2654435761u + (unsigned)i;
+    if (h & 0x100)
+      h ^= h >> 7;
+    else
+      h += 3;
+  }
+  return h;
+}
+
+__attribute__((noinline)) unsigned mid_b(unsigned x) { return leaf_c(x, 400) + 1; }
+__attribute__((noinline)) unsigned outer_a(unsigned x) { return mid_b(x) ^ 5; }
+__attribute__((noinline)) unsigned outer_d(unsigned x) { return leaf_c(x + 7, 300) - 2; }
+
+__attribute__((noinline)) unsigned rec(unsigned x, int depth) {
+  if (depth == 0)
+    return leaf_c(x, 200);
+  unsigned r = rec(x + 1, depth - 1);
+  /* Opaque to the optimiser: the recursion stays a recursion. */
+  __asm__ volatile("" : "+r"(r));
+  return r + 1;
+}
+
+__attribute__((noinline)) unsigned via_nofp(unsigned x) {
+  unsigned s = 0;
+  for (int i = 0; i < 8; i++)
+    s += spin_nofp(16 + (x & 1));
+  return s;
+}
+
+int main(int argc, char **argv) {
+  long iterations = argc > 1 ? atol(argv[1]) : 100000;
+  unsigned s = 0;
+  for (long i = 0; i < iterations; i++) {
+    s += outer_a((unsigned)i);
+    s += outer_d((unsigned)i);
+    s += rec((unsigned)i, 4);
+    s += via_nofp((unsigned)i);
+  }
+  printf("%u\n", s);
+  return 0;
+}
