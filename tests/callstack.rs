@@ -179,6 +179,7 @@ fn stacks_follow_the_calls_the_program_made() {
         "each known chain {MIN_PER_CHAIN} times or more, in {MAX_RUNS} runs: {seen:#?}"
     );
     let rec = last.expect("one run");
+    check_report_paths(&tracer, &rec.dir);
     if let Some(profgen) = tool("llvm-profgen-19") {
         check_profgen_contexts(&profgen, &rec.dir, &binary, &dir.path("cs.prof"));
     }
@@ -221,6 +222,34 @@ fn check_profgen_contexts(profgen: &Path, dir: &Path, binary: &Path, output: &Pa
                 .iter()
                 .any(|c| c.starts_with("[main:") && c.contains(wanted)),
             "no context with '{wanted}' in llvm-profgen's profile: {contexts:?}"
+        );
+    }
+}
+
+/// `report` lists the known chains among the hottest call paths, root
+/// first, the recursion folded.
+fn check_report_paths(tracer: &Tracer, dir: &Path) {
+    let out = ctl_output(
+        tracer,
+        &["report", "--format", "json", "--top", "20", dir.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let paths: Vec<&str> = report["call_paths"]
+        .as_array()
+        .expect("call_paths")
+        .iter()
+        .filter_map(|p| p["path"].as_str())
+        .collect();
+    for wanted in [
+        "main → outer_a → mid_b → leaf_c",
+        "main → outer_d → leaf_c",
+        "main → rec ×5 → leaf_c",
+        "main → via_nofp → spin_nofp",
+    ] {
+        assert!(
+            paths.iter().any(|p| p.ends_with(wanted)),
+            "report's call paths lack '{wanted}': {paths:?}"
         );
     }
 }

@@ -159,10 +159,18 @@ pub fn run(opts: &Options) -> Result<usize> {
                 }
             }
         }
-        let times = time_variants(&mut rep, &w, &binaries, rounds);
+        let times = time_variants(&mut rep, &w, &binaries, rounds, &VARIANTS);
         results.push((name.to_string(), times));
     }
-    write(&mut rep, &results, rounds)?;
+    rep.note(&format!(
+        "Speedup = baseline time / variant time on the evaluation input, per round of \
+         {rounds} interleaved rounds: median (min–max) over the rounds; CPU time (user + system) is the primary measure because \
+         these machines are shared and wall time swings with their load. Profiles from the \
+         training input, {TRAIN_RUNS} runs each ({QUICK_TRAIN_RUNS} with --quick); ours sampled with task-clock every {} ms with traces of \
+         {LBR} branches unless the variant names another N and period.",
+        PERIOD_NS / 1_000_000
+    ));
+    write(&mut rep, &results, &VARIANTS, "Figure 7")?;
     rep.finish()
 }
 
@@ -257,8 +265,22 @@ fn sample_use_build(ws: &Workspace, w: &Workload, variant: &str, prof: &Path) ->
 
 /// -fprofile-instr-generate build, training run, merge, -fprofile-instr-use build.
 fn instrumented_pgo(ws: &Workspace, w: &Workload, dir: &Path) -> Result<PathBuf> {
+    instrumented_pgo_with(ws, w, dir, &[], "")
+}
+
+/// [`instrumented_pgo`] with `extra` flags in both builds, whose variant
+/// names end with `tag`.
+pub(crate) fn instrumented_pgo_with(
+    ws: &Workspace,
+    w: &Workload,
+    dir: &Path,
+    extra: &[String],
+    tag: &str,
+) -> Result<PathBuf> {
     let profdata = runner::require_tool("llvm-profdata-19", "llvm-19")?;
-    let gen = w.build_variant(ws, "pgo-gen", &["-fprofile-instr-generate".to_string()])?;
+    let mut gen_flags = extra.to_vec();
+    gen_flags.push("-fprofile-instr-generate".to_string());
+    let gen = w.build_variant(ws, &format!("pgo-gen{tag}"), &gen_flags)?;
     let raw_dir = dir.join("profraw");
     let _ = std::fs::remove_dir_all(&raw_dir);
     std::fs::create_dir_all(&raw_dir)?;
@@ -276,26 +298,26 @@ fn instrumented_pgo(ws: &Workspace, w: &Workload, dir: &Path) -> Result<PathBuf>
             raw_dir.display()
         );
     }
-    let merged = dir.join("instr.profdata");
+    let merged = dir.join(format!("instr{tag}.profdata"));
     runner::run(
         &Cmd::new(profdata)
             .args(["merge", "-o"])
             .arg(&merged)
             .args(&raws),
     )?;
-    w.build_variant(
-        ws,
-        "pgo-use",
-        &[format!("-fprofile-instr-use={}", merged.display())],
-    )
+    let mut use_flags = extra.to_vec();
+    use_flags.push(format!("-fprofile-instr-use={}", merged.display()));
+    w.build_variant(ws, &format!("pgo-use{tag}"), &use_flags)
 }
 
-/// Wall times per variant on the evaluation input, interleaved rounds.
-fn time_variants(
+/// Wall times per variant (named `variants`) on the evaluation input,
+/// interleaved rounds.
+pub(crate) fn time_variants(
     rep: &mut Report,
     w: &Workload,
     binaries: &[Option<PathBuf>],
     rounds: usize,
+    variants: &[&str],
 ) -> Vec<Option<Vec<Timing>>> {
     let mut times: Vec<Option<Vec<Timing>>> = binaries
         .iter()
@@ -315,7 +337,7 @@ fn time_variants(
                     }
                 }
                 Err(e) => {
-                    rep.fail(w.name(), &format!("timing {}", VARIANTS[i]), &e);
+                    rep.fail(w.name(), &format!("timing {}", variants[i]), &e);
                     times[i] = None;
                 }
             }
@@ -325,16 +347,23 @@ fn time_variants(
 }
 
 /// Timings of every variant of one workload (`None`: the variant failed).
-type VariantTimes = Vec<Option<Vec<Timing>>>;
+pub(crate) type VariantTimes = Vec<Option<Vec<Timing>>>;
 
-fn write(rep: &mut Report, results: &[(String, VariantTimes)], rounds: usize) -> Result<()> {
+/// runs.csv, and the speedup tables and plots over the first of
+/// `variants` (the baseline); `figure` names what they reproduce.
+pub(crate) fn write(
+    rep: &mut Report,
+    results: &[(String, VariantTimes)],
+    variants: &[&str],
+    figure: &str,
+) -> Result<()> {
     let mut raw = Table::new(&["workload", "variant", "round", "wall_s", "cpu_s"]);
     for (name, times) in results {
         for (i, v) in times.iter().enumerate() {
             for (r, t) in v.iter().flatten().enumerate() {
                 raw.push(vec![
                     name.clone(),
-                    VARIANTS[i].into(),
+                    variants[i].into(),
                     r.to_string(),
                     fmt(t.wall_s, 4),
                     fmt(t.cpu_s(), 4),
@@ -343,14 +372,6 @@ fn write(rep: &mut Report, results: &[(String, VariantTimes)], rounds: usize) ->
         }
     }
     rep.write("runs.csv", &raw.to_csv())?;
-    rep.note(&format!(
-        "Speedup = baseline time / variant time on the evaluation input, per round of \
-         {rounds} interleaved rounds: median (min–max) over the rounds; CPU time (user + system) is the primary measure because \
-         these machines are shared and wall time swings with their load. Profiles from the \
-         training input, {TRAIN_RUNS} runs each ({QUICK_TRAIN_RUNS} with --quick); ours sampled with task-clock every {} ms with traces of \
-         {LBR} branches unless the variant names another N and period.",
-        PERIOD_NS / 1_000_000
-    ));
     type Measure = (&'static str, &'static str, fn(&Timing) -> f64);
     let measures: [Measure; 2] = [
         ("speedup", "CPU time", Timing::cpu_s),
@@ -358,16 +379,16 @@ fn write(rep: &mut Report, results: &[(String, VariantTimes)], rounds: usize) ->
     ];
     for (file, what, f) in measures {
         let mut headers = vec!["workload".to_string(), format!("baseline {what} (s)")];
-        headers.extend(VARIANTS[1..].iter().map(|v| v.to_string()));
+        headers.extend(variants[1..].iter().map(|v| v.to_string()));
         let mut t = Table {
             headers,
             rows: Vec::new(),
         };
-        let mut series: Vec<(String, Vec<Option<f64>>)> = VARIANTS[1..]
+        let mut series: Vec<(String, Vec<Option<f64>>)> = variants[1..]
             .iter()
             .map(|v| (v.to_string(), Vec::new()))
             .collect();
-        let mut per_variant: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len() - 1];
+        let mut per_variant: Vec<Vec<f64>> = vec![Vec::new(); variants.len() - 1];
         for (name, times) in results {
             let of = |i: usize| times.get(i).and_then(|v| v.as_deref()).unwrap_or(&[]);
             let base = of(0);
@@ -375,7 +396,7 @@ fn write(rep: &mut Report, results: &[(String, VariantTimes)], rounds: usize) ->
                 name.clone(),
                 fmt(median(&base.iter().map(f).collect::<Vec<_>>()), 3),
             ];
-            for i in 1..VARIANTS.len() {
+            for i in 1..variants.len() {
                 // Per round: the baseline's time over the variant's, both
                 // from the same round of the interleaving.
                 let ratios: Vec<f64> = base.iter().zip(of(i)).map(|(b, v)| f(b) / f(v)).collect();
@@ -389,7 +410,11 @@ fn write(rep: &mut Report, results: &[(String, VariantTimes)], rounds: usize) ->
         let mut geo = vec!["geomean".to_string(), String::new()];
         geo.extend(per_variant.iter().map(|v| fmt(geomean(v), 3)));
         t.push(geo);
-        rep.table(file, &format!("Speedup over -O2, {what} (Figure 7)"), &t)?;
+        rep.table(
+            file,
+            &format!("Speedup over the baseline, {what} ({figure})"),
+            &t,
+        )?;
         let chart = BarChart {
             title: format!("Speedup over clang-19 -O2 ({what})"),
             y_label: format!("baseline {what} / variant {what}"),

@@ -5,6 +5,7 @@
 mod autofdo;
 mod bpcost;
 mod brr_tracer;
+mod csspgo;
 mod fdo;
 mod forms;
 mod interferometry;
@@ -37,6 +38,10 @@ experiments:
              the brr results already in results/brr
   verify     the emulator's predictions checked at a stop on every
              workload: mismatches per workload
+  csspgo     what record -g gives the compiler: CSSPGO (line-based and with
+             pseudo-probes) against AutoFDO from record and record -g and
+             instrumented PGO, all with frame pointers; what -g costs per
+             trace and how deep the stacks are
   tracelen   traces longer than 32 branches: cost per branch and profile
              quality against CPU overhead, per trace length
   threads    what a registered thread costs: 1000 short-lived threads natively
@@ -194,6 +199,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "bpcost" => bpcost::run(opts),
         "quality" => quality::run(opts),
         "fdo" => fdo::run(opts),
+        "csspgo" => csspgo::run(opts),
         "verify" => verify::run(opts),
         "tracelen" => tracelen::run(opts),
         "threads" => threads::run(opts),
@@ -218,6 +224,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
                 "bpcost",
                 "quality",
                 "fdo",
+                "csspgo",
                 "brr",
                 "verify",
                 "tracelen",

@@ -329,6 +329,16 @@ struct EdgeRow {
     source_line: Option<String>,
 }
 
+/// One call path of the `-g` stacks, root first, by the samples whose
+/// stack it was.
+#[derive(Serialize)]
+struct CallPathRow {
+    /// Function names, root first, joined by " → ".
+    path: String,
+    samples: u64,
+    share: f64,
+}
+
 #[derive(Serialize)]
 struct ModuleRow {
     path: PathBuf,
@@ -359,6 +369,8 @@ struct Report {
     by_instructions: Vec<FunctionRow>,
     by_taken_branches: Vec<FunctionRow>,
     edges: Vec<EdgeRow>,
+    /// Hottest call paths (recordings made with `-g`; empty otherwise).
+    call_paths: Vec<CallPathRow>,
     modules: Vec<ModuleRow>,
     lost: Lost,
 }
@@ -416,6 +428,7 @@ fn build(dir: &Path, summary: &Summary, script: &PerfScript, a: &Analysis, top: 
             source_line: lines.get(&from).cloned(),
         })
         .collect();
+    let call_paths = call_paths(script, a, top);
     let modules = a
         .modules
         .modules
@@ -438,6 +451,7 @@ fn build(dir: &Path, summary: &Summary, script: &PerfScript, a: &Analysis, top: 
         by_instructions,
         by_taken_branches,
         edges,
+        call_paths,
         modules,
         lost: Lost {
             aborted_traces: summary
@@ -455,6 +469,64 @@ fn build(dir: &Path, summary: &Summary, script: &PerfScript, a: &Analysis, top: 
             branches_outside_mappings: a.outside_mappings,
         },
     }
+}
+
+/// The `top` hottest call paths of the traces' stacks (leaf first in the
+/// file), each frame named by its function, root first; a repeated frame
+/// of a recursion is written once with its count (`rec ×5`).
+fn call_paths(script: &PerfScript, a: &Analysis, top: usize) -> Vec<CallPathRow> {
+    let function = |address: u64| {
+        let Some(place) = a.modules.place(address) else {
+            return format!("{address:#x}");
+        };
+        let m = &a.modules.modules[place.module];
+        place.function.map_or_else(
+            || format!("[{}]", file_name(&m.path)),
+            |f| m.functions[f].name.clone(),
+        )
+    };
+    let mut paths: HashMap<String, u64> = HashMap::new();
+    let mut total = 0;
+    for trace in script.traces.iter().filter(|t| !t.stack.is_empty()) {
+        // Return addresses name the caller; one byte back is inside the
+        // call, so a call that ends its function is named right.
+        let names = trace
+            .stack
+            .iter()
+            .enumerate()
+            .map(|(i, &address)| function(if i == 0 { address } else { address - 1 }));
+        let mut runs: Vec<(String, u64)> = Vec::new();
+        for name in names {
+            match runs.last_mut() {
+                Some((last, n)) if *last == name => *n += 1,
+                _ => runs.push((name, 1)),
+            }
+        }
+        let path = runs
+            .iter()
+            .rev()
+            .map(|(name, n)| {
+                if *n > 1 {
+                    format!("{name} ×{n}")
+                } else {
+                    name.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" → ");
+        *paths.entry(path).or_default() += trace.count;
+        total += trace.count;
+    }
+    let mut rows: Vec<_> = paths.into_iter().collect();
+    rows.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+    rows.into_iter()
+        .take(top)
+        .map(|(path, samples)| CallPathRow {
+            path,
+            samples,
+            share: share(samples, total),
+        })
+        .collect()
 }
 
 /// Source lines of runtime addresses, from their modules' DWARF.

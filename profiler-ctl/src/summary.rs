@@ -137,6 +137,15 @@ pub fn render(
         "  traces: {} completed of {} started; {} branches written; {} samples",
         c.traces_completed, c.traces_started, summary.entries_written, c.samples
     );
+    if config.callstack > 0 {
+        let mean = c.callstack_frames as f64 / c.callstacks.max(1) as f64;
+        let _ = writeln!(
+            out,
+            "  call stacks: {} taken (mean depth {mean:.1}, {} cut at {} frames), {} traces \
+             without one (ended early)",
+            c.callstacks, c.callstacks_truncated, config.callstack, c.callstacks_missing
+        );
+    }
     let (resolved, evaluated) = (c.statically_resolved, c.dynamically_evaluated);
     if c.segments > 0 {
         let per_trace = if c.traces_started > 0 {

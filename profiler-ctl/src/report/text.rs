@@ -67,6 +67,16 @@ pub fn render(r: &Report) -> String {
             e.to
         );
     }
+    if !r.call_paths.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nHottest call paths (stacks at each trace's newest branch)"
+        );
+        let _ = writeln!(out, "  {:>6}  {:>8}  path (root first)", "share", "samples");
+        for p in &r.call_paths {
+            let _ = writeln!(out, "  {}  {:>8}  {}", percent(p.share), p.samples, p.path);
+        }
+    }
     let _ = writeln!(out, "\nModules: what was recorded and what was lost");
     let _ = writeln!(
         out,
