@@ -3,15 +3,16 @@
 #   install the tools, build the workspace, compile a demo program, record its
 #   branches with profiler-ctl (which checks the build and writes the
 #   llvm-profgen profile, --profgen), show where its time went (report),
-#   make the create_llvm_prof profile too, rebuild the program with each
-#   profile, and compare the builds.
+#   make the create_llvm_prof profile too, record a frame-pointer build with
+#   call stacks (record -g) for a context-sensitive (CSSPGO) profile,
+#   rebuild the program with each profile, and compare the builds.
 #
 # Usage: scripts/demo.sh
 # Environment: DEMO_PERIOD  sampling period for record -c (default 3000000:
 #                           3 ms of task-clock without a PMU, where
 #                           emulate mode's 128-branch traces end well
 #                           before the next sample)
-#              DEMO_ROUNDS  work the demo program does (default 10000, ~2 s)
+#              DEMO_ROUNDS  work the demo program does (default 6000, ~2.5 s)
 # Work directory: target/demo/ (outputs in target/demo/out/). Exits non-zero,
 # naming the step, if any step fails.
 set -uo pipefail
@@ -21,8 +22,9 @@ target_dir=${CARGO_TARGET_DIR:-$root/target}
 work=$root/target/demo
 out=$work/out
 period=${DEMO_PERIOD:-3000000}
-rounds=${DEMO_ROUNDS:-10000}
+rounds=${DEMO_ROUNDS:-6000}
 cflags=(-O2 -gdwarf-4 -fdebug-info-for-profiling)
+fp_cflags=("${cflags[@]}" -fno-omit-frame-pointer)
 
 say() { printf '\n== demo: %s\n' "$*" >&2; }
 fail() {
@@ -45,7 +47,17 @@ build_workspace() {
 
 compile_demo() {
     mkdir -p "$work" || return
-    clang-19 "${cflags[@]}" "$root/scripts/demo/demo.c" -o "$work/demo"
+    clang-19 "${cflags[@]}" "$root/scripts/demo/demo.c" -o "$work/demo" || return
+    clang-19 "${fp_cflags[@]}" "$root/scripts/demo/demo.c" -o "$work/demo.fp"
+}
+
+# record -g on the frame-pointer build: hybrid samples, from which
+# --profgen writes a context-sensitive profile.
+record_stacks() {
+    rm -rf "$work/out-g" || return
+    (cd "$work" && "$target_dir/release/profiler-ctl" record -g --profgen -c "$period" -o out-g -- ./demo.fp "$rounds") || return
+    need_file "$work/out-g/demo.fp.prof"
+    grep -q '^	' "$work/out-g/perf.script" || fail "$work/out-g/perf.script holds no call stack"
 }
 
 record_demo() {
@@ -75,7 +87,9 @@ create_prof() {
 rebuild() {
     clang-19 "${cflags[@]}" -fprofile-sample-use="$out/demo.prof" "$root/scripts/demo/demo.c" -o "$work/demo.fdo" ||
         return
-    clang-19 "${cflags[@]}" -fprofile-sample-use="$out/demo.gcov" "$root/scripts/demo/demo.c" -o "$work/demo.gcov-fdo"
+    clang-19 "${cflags[@]}" -fprofile-sample-use="$out/demo.gcov" "$root/scripts/demo/demo.c" -o "$work/demo.gcov-fdo" ||
+        return
+    clang-19 "${fp_cflags[@]}" -fprofile-sample-use="$work/out-g/demo.fp.prof" "$root/scripts/demo/demo.c" -o "$work/demo.csspgo"
 }
 
 # best_of3 PROGRAM: the best wall time of three runs in seconds; checks that
@@ -98,6 +112,8 @@ compare_builds() {
     t_base=$(best_of3 "$work/demo") || return 1
     t_fdo=$(best_of3 "$work/demo.fdo") || return 1
     t_gcov=$(best_of3 "$work/demo.gcov-fdo") || return 1
+    t_fp=$(best_of3 "$work/demo.fp") || return 1
+    t_cs=$(best_of3 "$work/demo.csspgo") || return 1
 }
 
 hottest() {
@@ -116,13 +132,14 @@ step "compile demo.c with clang-19 ${cflags[*]}" compile_demo
 step "record: profiler-ctl record --profgen -c $period -o out -- ./demo $rounds" record_demo
 step "check the build and the samples: profiler-ctl check ./demo out" check_build
 step "where the time went: profiler-ctl report out --top 5 --svg out/hot-paths.svg" report
+step "record with call stacks: profiler-ctl record -g --profgen -c $period -o out-g -- ./demo.fp $rounds" record_stacks
 step "create_llvm_prof --profiler=text --profile=out/demo.afdo.txt --binary=./demo --out=out/demo.gcov" create_prof
 step "rebuild demo with -fprofile-sample-use" rebuild
 step "hottest functions (llvm-profdata-19 show --sample --topn=5)" hottest
 step "run the builds (best of 3 each)" compare_builds
 
 size() { stat -c %s "$1"; }
-change() { awk -v b="$t_base" -v f="$1" 'BEGIN { printf "%+.1f%%", 100 * (f - b) / b }'; }
+change() { awk -v b="${2:-$t_base}" -v f="$1" 'BEGIN { printf "%+.1f%%", 100 * (f - b) / b }'; }
 say "summary"
 cat >&2 <<EOF
 work directory    $work
@@ -136,4 +153,6 @@ output            $expected (the same from every build)
 time, best of 3   -O2: ${t_base} s
                   -O2 -fprofile-sample-use=out/demo.prof: ${t_fdo} s ($(change "$t_fdo") time)
                   -O2 -fprofile-sample-use=out/demo.gcov: ${t_gcov} s ($(change "$t_gcov") time)
+                  -O2 -fno-omit-frame-pointer: ${t_fp} s
+                  the same, -fprofile-sample-use=out-g/demo.fp.prof (CSSPGO, record -g): ${t_cs} s ($(change "$t_cs" "$t_fp") time)
 EOF

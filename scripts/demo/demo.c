@@ -4,11 +4,23 @@
  * The work is deterministic; the checksum it prints lets the demo check
  * that the profile-optimised build computes the same thing.
  *
- * Usage: demo [ROUNDS]   (default 10000, about 2 s at -O2 on a 2-core VM)
+ * What a profile gives the compiler here is mostly the target of
+ * score_records' call through a table: nine records in ten go to
+ * score_plain, which -O2 cannot know, so it makes an indirect call per
+ * record. With the profile's call-target counts the compiler promotes the
+ * call to a test of the target and inlines score_plain (indirect-call
+ * promotion, as for C++ virtual calls), and lays the loops out by their
+ * counts. Measured on a 2-core Intel Xeon VM: -O2 1.17 s, with the profile
+ * 0.81 s (3000 rounds, user time).
  *
- * Every function with samples is kept out of line: create_llvm_prof 0.19
- * garbles the names of inlined callees (google/autofdo issue #95), which
- * breaks its binary output ("Truncated function name table").
+ * Usage: demo [ROUNDS]   (default 10000, about 4 s at -O2 on a 2-core VM;
+ *                         scripts/demo.sh runs 6000)
+ *
+ * Every function with samples but the scorers is kept out of line:
+ * create_llvm_prof 0.19 garbles the names of inlined callees
+ * (google/autofdo issue #95), which breaks its binary output ("Truncated
+ * function name table"). The scorers are only called through the table,
+ * so -O2 inlines them nowhere.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +34,7 @@ struct record {
     uint32_t key;
     int32_t value;
     uint8_t kind;
+    uint8_t scorer;
 };
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -47,21 +60,39 @@ __attribute__((noinline)) static int64_t report_anomaly(const struct record *r)
     return (int64_t)(r->key % 97) - 48;
 }
 
-/* The hottest function: most records take the first branch. */
+/* How a record of each kind scores, called through a table: the program
+ * cannot know which one runs, a profile can (nine records in ten are
+ * plain). */
+static int64_t score_plain(int64_t total, const struct record *x)
+{
+    return total + x->value;
+}
+
+static int64_t score_halved(int64_t total, const struct record *x)
+{
+    return total - (x->value >> 1);
+}
+
+static int64_t score_odd(int64_t total, const struct record *x)
+{
+    if (x->value < 0)
+        return total ^ x->key;
+    return total + report_anomaly(x);
+}
+
+static int64_t (*const scorers[3])(int64_t, const struct record *) = {
+    score_plain,
+    score_halved,
+    score_odd,
+};
+
+/* The hottest function. */
 __attribute__((noinline)) static int64_t score_records(const struct record *r, size_t n)
 {
     int64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         const struct record *x = &r[i];
-        if (x->kind < 90) {
-            total += x->value;
-        } else if (x->kind < 98) {
-            total -= x->value >> 1;
-        } else if (x->value < 0) {
-            total ^= x->key;
-        } else {
-            total += report_anomaly(x);
-        }
+        total = scorers[x->scorer](total, x);
         if ((x->key & 1023) == 0)
             total = total * 31 + 7;
     }
@@ -138,6 +169,7 @@ __attribute__((noinline)) static void make_inputs(void)
         records[i].key = next_random();
         records[i].value = (int32_t)(next_random() % 2001) - 1000;
         records[i].kind = (uint8_t)(next_random() % 100);
+        records[i].scorer = records[i].kind < 90 ? 0 : records[i].kind < 98 ? 1 : 2;
     }
     for (size_t i = 0; i < TEXT_BYTES; i++)
         text[i] = (unsigned char)alphabet[next_random() % (sizeof alphabet - 1)];
