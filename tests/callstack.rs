@@ -50,18 +50,27 @@ fn known_chains() -> Vec<Vec<&'static str>> {
     ]
 }
 
-/// Checks every stack of one recording; returns how often each chain of
-/// program frames (leaf first, names) was seen.
-fn check_stacks(rec: &Recording, program: &str) -> BTreeMap<Vec<String>, u64> {
+/// Checks every stack of one recording, in the frames of the modules
+/// named `ours` (the program, its library); returns how often each chain
+/// of such frames (leaf first, function names) was seen.
+fn check_stacks(rec: &Recording, ours: &[&str]) -> BTreeMap<Vec<String>, u64> {
     let (modules, errors) = ModuleMap::from_mmaps(&rec.script.mmaps);
     assert!(errors.is_empty(), "{errors:?}");
-    let (index, module) = modules
-        .module_by_basename(program)
-        .expect("the program's mapping");
-    // The program's frame at a runtime address: (vaddr, function).
-    let in_program = |address: u64| {
+    let indices: Vec<usize> = ours
+        .iter()
+        .map(|name| {
+            modules
+                .module_by_basename(name)
+                .expect("the module's mapping")
+                .0
+        })
+        .collect();
+    // A frame in one of our modules: (module, vaddr, function).
+    let frame = |address: u64| {
         let (m, vaddr) = modules.resolve(address)?;
-        (m == index).then(|| (vaddr, module.symbol_at(vaddr)))
+        indices
+            .contains(&m)
+            .then(|| (m, vaddr, modules.modules[m].symbol_at(vaddr)))
     };
     let mut chains = BTreeMap::new();
     let mut stacked = 0u64;
@@ -77,36 +86,48 @@ fn check_stacks(rec: &Recording, program: &str) -> BTreeMap<Vec<String>, u64> {
             newest.to
         );
         let mut names = Vec::new();
-        let mut inner = in_program(leaf).and_then(|(_, s)| s);
-        if let Some(s) = inner {
+        let mut inner = frame(leaf).and_then(|(m, _, s)| Some((m, s?)));
+        if let Some((_, s)) = inner {
             names.push(s.name.clone());
         }
         for &ret in callers {
-            let Some((vaddr, function)) = in_program(ret) else {
+            let Some((m, vaddr, function)) = frame(ret) else {
                 break;
             };
-            let call = module
-                .code_bytes(vaddr - 5, 5)
-                .expect("code before a return address");
-            assert_eq!(
-                call[0], 0xe8,
-                "return address {ret:#x} (vaddr {vaddr:#x}) does not follow a call rel32 \
-                 (stack {:x?})",
-                trace.stack
-            );
-            let target =
-                vaddr.wrapping_add(i32::from_le_bytes(call[1..5].try_into().unwrap()) as u64);
-            if let Some(callee) = inner {
-                assert_eq!(
-                    target, callee.address,
-                    "frame at {ret:#x}: its call goes to {target:#x}, not to {} at {:#x}, \
-                     the frame inside it: a frame is missing (stack {:x?})",
-                    callee.name, callee.address, trace.stack
-                );
+            let module = &modules.modules[m];
+            // The instruction that ends at the return address is a call.
+            let call = (2..=7)
+                .filter_map(|k| module.decode_at(vaddr - k))
+                .find(|i| {
+                    i.next_ip() == vaddr && i.is_call_near()
+                        || i.next_ip() == vaddr && i.is_call_near_indirect()
+                })
+                .unwrap_or_else(|| {
+                    panic!(
+                        "return address {ret:#x} does not follow a call (stack {:x?})",
+                        trace.stack
+                    )
+                });
+            // A direct call within the module goes to the function of
+            // the frame inside it (a call into another module goes to
+            // its PLT stub; an indirect call's target is not in the code).
+            if let Some((_, callee)) = inner.filter(|(cm, _)| *cm == m) {
+                if call.is_call_near() {
+                    assert_eq!(
+                        call.near_branch64(),
+                        callee.address,
+                        "frame at {ret:#x}: its call goes to {:#x}, not to {} at {:#x}, \
+                         the frame inside it: a frame is missing (stack {:x?})",
+                        call.near_branch64(),
+                        callee.name,
+                        callee.address,
+                        trace.stack
+                    );
+                }
             }
             let function = function.expect("a return address inside a function");
             names.push(function.name.clone());
-            inner = Some(function);
+            inner = Some((m, function));
         }
         if !names.is_empty() {
             assert_eq!(
@@ -134,19 +155,22 @@ fn check_stacks(rec: &Recording, program: &str) -> BTreeMap<Vec<String>, u64> {
     chains
 }
 
-#[test]
-fn stacks_follow_the_calls_the_program_made() {
-    let tracer = tracer();
-    let Some(clang) = tool("clang-19") else {
-        return;
-    };
-    let dir = Scratch::new("callstack");
-    let binary = build(&clang, &dir.0, "callchains", &["callchains.c"], &FLAGS);
-    let native = run_native(&binary, &[ITERATIONS], &[]);
+/// Records `binary` with -g until each of `chains` was seen
+/// `MIN_PER_CHAIN` times (at most `MAX_RUNS` runs, each checked); returns
+/// the last recording.
+fn record_chains(
+    tracer: &Tracer,
+    dir: &Scratch,
+    binary: &Path,
+    ours: &[&str],
+    chains: &[Vec<&str>],
+    envs: &[(&str, &std::ffi::OsStr)],
+) -> Recording {
+    let native = run_native(binary, &[ITERATIONS], envs);
     assert!(native.status.success(), "{native:?}");
     let mut seen: BTreeMap<Vec<String>, u64> = BTreeMap::new();
     let enough = |seen: &BTreeMap<Vec<String>, u64>| {
-        known_chains().iter().all(|chain| {
+        chains.iter().all(|chain| {
             let key: Vec<String> = chain.iter().map(|s| s.to_string()).collect();
             seen.get(&key).copied().unwrap_or(0) >= MIN_PER_CHAIN
         })
@@ -155,18 +179,18 @@ fn stacks_follow_the_calls_the_program_made() {
     for run in 0..MAX_RUNS {
         let out = dir.path(&format!("out{run}"));
         let profiled = record_with(
-            &tracer,
+            tracer,
             &out,
             PERIOD_NS,
             &["-g"],
-            &binary,
+            binary,
             &[ITERATIONS],
-            &[],
+            envs,
         );
         assert_same_behaviour("callchains -g", &native, &profiled);
         let rec = load(&out);
         check_reconciles(&rec);
-        for (chain, n) in check_stacks(&rec, "callchains") {
+        for (chain, n) in check_stacks(&rec, ours) {
             *seen.entry(chain).or_insert(0) += n;
         }
         last = Some(rec);
@@ -176,13 +200,59 @@ fn stacks_follow_the_calls_the_program_made() {
     }
     assert!(
         enough(&seen),
-        "each known chain {MIN_PER_CHAIN} times or more, in {MAX_RUNS} runs: {seen:#?}"
+        "each chain of {chains:?} {MIN_PER_CHAIN} times or more, in {MAX_RUNS} runs: {seen:#?}"
     );
-    let rec = last.expect("one run");
+    last.expect("one run")
+}
+
+#[test]
+fn stacks_follow_the_calls_the_program_made() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("callstack");
+    let binary = build(&clang, &dir.0, "callchains", &["callchains.c"], &FLAGS);
+    let rec = record_chains(
+        &tracer,
+        &dir,
+        &binary,
+        &["callchains"],
+        &known_chains(),
+        &[],
+    );
     check_report_paths(&tracer, &rec.dir);
     if let Some(profgen) = tool("llvm-profgen-19") {
         check_profgen_contexts(&profgen, &rec.dir, &binary, &dir.path("cs.prof"));
     }
+}
+
+/// A chain through a shared library (built with frame pointers), back
+/// into the program through a function pointer.
+#[test]
+fn stacks_cross_a_shared_library() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("callstack-lib");
+    let mut lib_flags = FLAGS.to_vec();
+    lib_flags.extend(["-fPIC", "-shared"]);
+    build(&clang, &dir.0, "libchain.so", &["libchain.c"], &lib_flags);
+    let lib_dir = dir.0.display().to_string();
+    let mut flags = FLAGS.to_vec();
+    flags.extend(["-DWITH_LIB", "-L", lib_dir.as_str(), "-lchain"]);
+    let binary = build(&clang, &dir.0, "callchains", &["callchains.c"], &flags);
+    let envs = [("LD_LIBRARY_PATH", dir.0.as_os_str())];
+    let chains = vec![vec!["leaf_c", "lib_mid", "outer_lib", "main"]];
+    record_chains(
+        &tracer,
+        &dir,
+        &binary,
+        &["callchains", "libchain.so"],
+        &chains,
+        &envs,
+    );
 }
 
 /// llvm-profgen reads the hybrid samples as stacks (no truncation
@@ -231,7 +301,14 @@ fn check_profgen_contexts(profgen: &Path, dir: &Path, binary: &Path, output: &Pa
 fn check_report_paths(tracer: &Tracer, dir: &Path) {
     let out = ctl_output(
         tracer,
-        &["report", "--format", "json", "--top", "20", dir.to_str().unwrap()],
+        &[
+            "report",
+            "--format",
+            "json",
+            "--top",
+            "20",
+            dir.to_str().unwrap(),
+        ],
     );
     assert!(out.status.success(), "{out:?}");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");

@@ -5,6 +5,7 @@
  *   main -> outer_d -> leaf_c
  *   main -> rec(4) -> rec(3) -> ... -> rec(0) -> leaf_c    (5 frames of rec)
  *   main -> via_nofp -> spin_nofp
+ *   main -> outer_lib -> lib_mid (libchain.so) -> leaf_c   (with -DWITH_LIB)
  *
  * spin_nofp is assembly that keeps no frame pointer and uses rbp as a
  * counter: a stack taken inside it is right only if the unwinder does not
@@ -60,6 +61,11 @@ __attribute__((noinline)) unsigned rec(unsigned x, int depth) {
   return r + 1;
 }
 
+#ifdef WITH_LIB
+unsigned lib_mid(unsigned x, unsigned (*leaf)(unsigned, int));
+__attribute__((noinline)) unsigned outer_lib(unsigned x) { return lib_mid(x, leaf_c) ^ 9; }
+#endif
+
 __attribute__((noinline)) unsigned via_nofp(unsigned x) {
   unsigned s = 0;
   for (int i = 0; i < 8; i++)
@@ -75,6 +81,9 @@ int main(int argc, char **argv) {
     s += outer_d((unsigned)i);
     s += rec((unsigned)i, 4);
     s += via_nofp((unsigned)i);
+#ifdef WITH_LIB
+    s += outer_lib((unsigned)i);
+#endif
   }
   printf("%u\n", s);
   return 0;
