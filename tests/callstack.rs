@@ -32,6 +32,8 @@ const MAX_RUNS: usize = 8;
 /// Stacks of each known chain wanted (measured: 280 to 1,000 of each in
 /// one run of about 2,400 traces on a 2-core Xeon).
 const MIN_PER_CHAIN: u64 = 30;
+/// callchains.c's SIGPROF handler (with -DWITH_SIGNAL).
+const SIGNAL_HANDLER: &str = "on_prof";
 const FLAGS: [&str; 5] = [
     "-O2",
     "-g",
@@ -90,10 +92,25 @@ fn check_stacks(rec: &Recording, ours: &[&str]) -> BTreeMap<Vec<String>, u64> {
         if let Some((_, s)) = inner {
             names.push(s.name.clone());
         }
+        // Frames since the signal handler: the interrupted pc follows no
+        // call, and the frame after it may skip the interrupted function's
+        // caller when it was stopped in a prologue or an epilogue (as for
+        // any frame-pointer unwinder).
+        let mut since_signal = usize::MAX;
         for &ret in callers {
             let Some((m, vaddr, function)) = frame(ret) else {
                 break;
             };
+            since_signal = since_signal.saturating_add(1);
+            if inner.is_some_and(|(_, s)| s.name == SIGNAL_HANDLER) {
+                since_signal = 0;
+            }
+            let function = function.expect("a frame inside a function");
+            if since_signal == 0 {
+                names.push(function.name.clone());
+                inner = Some((m, function));
+                continue;
+            }
             let module = &modules.modules[m];
             // The instruction that ends at the return address is a call.
             let call = (2..=7)
@@ -111,7 +128,7 @@ fn check_stacks(rec: &Recording, ours: &[&str]) -> BTreeMap<Vec<String>, u64> {
             // A direct call within the module goes to the function of
             // the frame inside it (a call into another module goes to
             // its PLT stub; an indirect call's target is not in the code).
-            if let Some((_, callee)) = inner.filter(|(cm, _)| *cm == m) {
+            if let Some((_, callee)) = inner.filter(|(cm, _)| *cm == m && since_signal != 1) {
                 if call.is_call_near() {
                     assert_eq!(
                         call.near_branch64(),
@@ -125,7 +142,6 @@ fn check_stacks(rec: &Recording, ours: &[&str]) -> BTreeMap<Vec<String>, u64> {
                     );
                 }
             }
-            let function = function.expect("a return address inside a function");
             names.push(function.name.clone());
             inner = Some((m, function));
         }
@@ -155,26 +171,32 @@ fn check_stacks(rec: &Recording, ours: &[&str]) -> BTreeMap<Vec<String>, u64> {
     chains
 }
 
-/// Records `binary` with -g until each of `chains` was seen
-/// `MIN_PER_CHAIN` times (at most `MAX_RUNS` runs, each checked); returns
-/// the last recording.
+/// Stacks seen of each chain (leaf first, function names).
+type Chains = BTreeMap<Vec<String>, u64>;
+
+/// Whether each of `chains` was seen `MIN_PER_CHAIN` times.
+fn each_seen<'a>(chains: &'a [Vec<&'a str>]) -> impl Fn(&Chains) -> bool + 'a {
+    move |seen| {
+        chains.iter().all(|chain| {
+            let key: Vec<String> = chain.iter().map(|s| s.to_string()).collect();
+            seen.get(&key).copied().unwrap_or(0) >= MIN_PER_CHAIN
+        })
+    }
+}
+
+/// Records `binary` with -g until `enough` of the chains were seen (at
+/// most `MAX_RUNS` runs, each checked); returns the last recording.
 fn record_chains(
     tracer: &Tracer,
     dir: &Scratch,
     binary: &Path,
     ours: &[&str],
-    chains: &[Vec<&str>],
+    enough: &dyn Fn(&Chains) -> bool,
     envs: &[(&str, &std::ffi::OsStr)],
 ) -> Recording {
     let native = run_native(binary, &[ITERATIONS], envs);
     assert!(native.status.success(), "{native:?}");
-    let mut seen: BTreeMap<Vec<String>, u64> = BTreeMap::new();
-    let enough = |seen: &BTreeMap<Vec<String>, u64>| {
-        chains.iter().all(|chain| {
-            let key: Vec<String> = chain.iter().map(|s| s.to_string()).collect();
-            seen.get(&key).copied().unwrap_or(0) >= MIN_PER_CHAIN
-        })
-    };
+    let mut seen = Chains::new();
     let mut last = None;
     for run in 0..MAX_RUNS {
         let out = dir.path(&format!("out{run}"));
@@ -200,7 +222,7 @@ fn record_chains(
     }
     assert!(
         enough(&seen),
-        "each chain of {chains:?} {MIN_PER_CHAIN} times or more, in {MAX_RUNS} runs: {seen:#?}"
+        "too few stacks of the wanted chains ({MIN_PER_CHAIN} each) in {MAX_RUNS} runs: {seen:#?}"
     );
     last.expect("one run")
 }
@@ -213,12 +235,13 @@ fn stacks_follow_the_calls_the_program_made() {
     };
     let dir = Scratch::new("callstack");
     let binary = build(&clang, &dir.0, "callchains", &["callchains.c"], &FLAGS);
+    let chains = known_chains();
     let rec = record_chains(
         &tracer,
         &dir,
         &binary,
         &["callchains"],
-        &known_chains(),
+        &each_seen(&chains),
         &[],
     );
     check_report_paths(&tracer, &rec.dir);
@@ -250,8 +273,38 @@ fn stacks_cross_a_shared_library() {
         &dir,
         &binary,
         &["callchains", "libchain.so"],
-        &chains,
+        &each_seen(&chains),
         &envs,
+    );
+}
+
+/// A stack taken in a signal handler goes on through the kernel's signal
+/// frame into the code the signal interrupted, down to main.
+#[test]
+fn stacks_go_through_a_signal_frame() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("callstack-signal");
+    let mut flags = FLAGS.to_vec();
+    flags.push("-DWITH_SIGNAL");
+    let binary = build(&clang, &dir.0, "callchains", &["callchains.c"], &flags);
+    let through_handler = |seen: &Chains| {
+        let n: u64 = seen
+            .iter()
+            .filter(|(chain, _)| chain.len() > 3 && chain[..2] == ["sig_leaf", SIGNAL_HANDLER])
+            .map(|(_, n)| n)
+            .sum();
+        n >= MIN_PER_CHAIN
+    };
+    record_chains(
+        &tracer,
+        &dir,
+        &binary,
+        &["callchains"],
+        &through_handler,
+        &[],
     );
 }
 

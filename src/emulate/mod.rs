@@ -133,6 +133,16 @@ impl SpecMemory {
         self.live.peek(&RealMemory, addr)
     }
 
+    /// Whether `ret` is a signal return trampoline (`stack::SIGRETURN`), in
+    /// an executable mapping.
+    fn is_sigreturn(&mut self, ret: u64) -> bool {
+        if self.exec_range(ret).is_none() {
+            return false;
+        }
+        let mut code = [0u8; stack::SIGRETURN.len()];
+        self.exec.read_code(ret, &mut code) == code.len() && code == stack::SIGRETURN
+    }
+
     /// Whether `ret` can be a return address: in an executable mapping,
     /// right after a call instruction (`stack::follows_call`).
     fn is_return_address(&mut self, ret: u64) -> bool {
@@ -464,13 +474,37 @@ impl Emulator {
             outer = slot;
             rbp = rbp_at_call;
         }
-        let top = rsp.saturating_add(STACK_SPAN);
-        while rbp & 7 == 0 && rbp >= rsp && rbp < top {
+        let (mut floor, mut top) = (rsp, rsp.saturating_add(STACK_SPAN));
+        while rbp & 7 == 0 && rbp >= floor && rbp < top {
             let mem = &mut self.cpu.mem;
             let (Some(saved), Some(ret)) = (mem.peek(rbp), mem.peek(rbp + 8)) else {
                 break;
             };
             if rbp + 8 > outer {
+                if mem.is_sigreturn(ret) {
+                    // A signal handler's frame: the kernel's signal frame
+                    // begins at the return-address slot, and its
+                    // ucontext holds the interrupted state. The
+                    // interrupted pc is the next frame, and the walk goes
+                    // on from its rbp, on its stack (maybe not this one,
+                    // with sigaltstack).
+                    let gregs = rbp + 8 + stack::UCONTEXT_IN_SIGFRAME + stack::GREGS_IN_UCONTEXT;
+                    let greg = |mem: &SpecMemory, i: u64| mem.peek(gregs + 8 * i);
+                    let (Some(i_rbp), Some(i_rsp), Some(i_rip)) = (
+                        greg(mem, stack::REG_RBP),
+                        greg(mem, stack::REG_RSP),
+                        greg(mem, stack::REG_RIP),
+                    ) else {
+                        break;
+                    };
+                    if !st.push(i_rip, depth) {
+                        break;
+                    }
+                    (floor, top) = (i_rsp, i_rsp.saturating_add(STACK_SPAN));
+                    outer = i_rsp.saturating_sub(8);
+                    rbp = i_rbp;
+                    continue;
+                }
                 if !mem.is_return_address(ret) || !st.push(ret, depth) {
                     break;
                 }

@@ -27,6 +27,10 @@
 //!    not rising, more than [`STACK_SPAN`] above rsp, or a return address
 //!    outside the executable mappings or not right after a call
 //!    instruction ([`follows_call`]).
+//! 3. **Signal frames.** A return address at the signal return
+//!    trampoline ([`SIGRETURN`]) is a handler's: the kernel's signal frame
+//!    lies at its slot, and the walk goes on from the interrupted pc (a
+//!    frame of its own, though no call made it) and rbp.
 //!
 //! Async-signal-safe: fixed arrays on the heap, fault-safe loads.
 
@@ -41,6 +45,20 @@ const SHADOW_CALLS: usize = 256;
 /// How far above rsp a frame may lie: a thread's stack (8 MiB by default)
 /// with room to spare.
 pub const STACK_SPAN: u64 = 64 << 20;
+
+/// The code a signal handler returns to (glibc's `__restore_rt` on
+/// x86-64, which the kernel is given as `sa_restorer`): `mov rax, 15`
+/// (rt_sigreturn), `syscall`.
+pub const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+/// The kernel's x86-64 signal frame (`struct rt_sigframe`): the return
+/// address, then the ucontext; in the ucontext, uc_flags, uc_link and
+/// uc_stack come before the registers (`uc_mcontext`, in the order of
+/// glibc's `REG_*` indices).
+pub const UCONTEXT_IN_SIGFRAME: u64 = 8;
+pub const GREGS_IN_UCONTEXT: u64 = 40;
+pub const REG_RBP: u64 = 10;
+pub const REG_RSP: u64 = 15;
+pub const REG_RIP: u64 = 16;
 
 /// The calls of the pass that have not returned: a ring, innermost last.
 #[derive(bytemuck::Zeroable)]

@@ -6,6 +6,9 @@
  *   main -> rec(4) -> rec(3) -> ... -> rec(0) -> leaf_c    (5 frames of rec)
  *   main -> via_nofp -> spin_nofp
  *   main -> outer_lib -> lib_mid (libchain.so) -> leaf_c   (with -DWITH_LIB)
+ *   a SIGPROF handler every millisecond of CPU: on_prof -> sig_leaf, over
+ *   whatever it interrupted                                (with -DWITH_SIGNAL,
+ *                                                           without via_nofp)
  *
  * spin_nofp is assembly that keeps no frame pointer and uses rbp as a
  * counter: a stack taken inside it is right only if the unwinder does not
@@ -15,6 +18,11 @@
  * Usage: callchains [ITERATIONS]; prints a checksum. */
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef WITH_SIGNAL
+#include <signal.h>
+#include <string.h>
+#include <sys/time.h>
+#endif
 
 unsigned spin_nofp(unsigned long n);
 __asm__(".text\n"
@@ -66,6 +74,18 @@ unsigned lib_mid(unsigned x, unsigned (*leaf)(unsigned, int));
 __attribute__((noinline)) unsigned outer_lib(unsigned x) { return lib_mid(x, leaf_c) ^ 9; }
 #endif
 
+#ifdef WITH_SIGNAL
+static volatile unsigned sig_sink;
+
+__attribute__((noinline)) unsigned sig_leaf(unsigned x) {
+  for (int i = 0; i < 200000; i++)
+    x = x * 2654435761u + (x >> 13) + (unsigned)i;
+  return x;
+}
+
+__attribute__((noinline)) void on_prof(int sig) { sig_sink += sig_leaf(sig_sink + (unsigned)sig); }
+#endif
+
 __attribute__((noinline)) unsigned via_nofp(unsigned x) {
   unsigned s = 0;
   for (int i = 0; i < 8; i++)
@@ -76,11 +96,22 @@ __attribute__((noinline)) unsigned via_nofp(unsigned x) {
 int main(int argc, char **argv) {
   long iterations = argc > 1 ? atol(argv[1]) : 100000;
   unsigned s = 0;
+#ifdef WITH_SIGNAL
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_prof;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGPROF, &sa, NULL);
+  struct itimerval every_ms = {{0, 1000}, {0, 1000}};
+  setitimer(ITIMER_PROF, &every_ms, NULL);
+#endif
   for (long i = 0; i < iterations; i++) {
     s += outer_a((unsigned)i);
     s += outer_d((unsigned)i);
     s += rec((unsigned)i, 4);
+#ifndef WITH_SIGNAL
     s += via_nofp((unsigned)i);
+#endif
 #ifdef WITH_LIB
     s += outer_lib((unsigned)i);
 #endif
