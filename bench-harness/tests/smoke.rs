@@ -289,6 +289,41 @@ fn fdo_variants_build_and_time() {
     svg_ok(&dir.join("speedup.svg"));
 }
 
+/// `csspgo --quick`: every variant of bzip2 builds and runs, the -g
+/// recordings carry stacks (none cut, none missing beyond a few), and the
+/// depth table is written.
+#[test]
+fn csspgo_variants_build_and_time() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if tools_present().is_none() {
+        return;
+    }
+    let dir = run("csspgo");
+    let s = read_csv(&dir.join("speedup.csv"));
+    assert_eq!(s[1][0], "bzip2");
+    for cell in &s[1][1..] {
+        let v = num(cell);
+        assert!(v.is_finite() && v > 0.0, "a variant failed: {:?}", s[1]);
+    }
+    let cost = read_csv(&dir.join("cost.csv"));
+    let (recording, traces, stacks) = (
+        column(&cost, "recording"),
+        column(&cost, "traces"),
+        column(&cost, "stacks"),
+    );
+    for row in &cost[1..] {
+        let with_g = row[recording].contains("-g");
+        let (t, n) = (num(&row[traces]), num(&row[stacks]));
+        assert!(t > 0.0, "{row:?}");
+        assert_eq!(n > 0.0, with_g, "stacks only, and always, with -g: {row:?}");
+    }
+    assert!(
+        read_csv(&dir.join("depth.csv")).len() > 1,
+        "no stack depths"
+    );
+    svg_ok(&dir.join("speedup.svg"));
+}
+
 /// `verify --quick`: every workload run with each of the emulator's
 /// predictions checked at a real stop: none may be wrong.
 #[test]
