@@ -29,9 +29,9 @@
 //! - The handler copies every slot out, records the mature ones, and masks
 //!   their pcs in the filter. On thrashing it splits the program: the pc
 //!   filter passes half of the current class (one more bit of a hash of
-//!   the pc must match). On a timeout it moves to the next class of the
-//!   same size, and after the last one to the class of twice the size, so
-//!   every load is eventually offered again.
+//!   the pc must match). On a timeout it moves on to the next class
+//!   depth-first through the tree of splits (`next_class`), so every load
+//!   is eventually offered again.
 //!
 //! What the paper leaves to the implementation and is chosen here: the pc
 //! classes are hash classes rather than address ranges (so one hot
@@ -202,10 +202,7 @@ impl Coprocessor {
         self.idle_since += 1;
         let id = l.id as usize;
         if self.known.get(id).copied().unwrap_or(false) || !self.in_class(l.pc) {
-            if self.loads_since >= self.cfg.timeout_loads || self.idle_since >= self.cfg.idle_loads
-            {
-                self.interrupt(Reason::Timeout);
-            }
+            self.check_timeout();
             return;
         }
         self.counters.tagged += 1;
@@ -220,8 +217,23 @@ impl Coprocessor {
             >= u64::from(self.cfg.thrash_evictions) * self.slots.len() as u64
         {
             self.interrupt(Reason::Thrash);
-        } else if self.loads_since >= self.cfg.timeout_loads {
-            self.interrupt(Reason::Timeout);
+        } else {
+            self.check_timeout();
+        }
+    }
+
+    /// A timeout interrupts only when the handler has something to do:
+    /// mature slots to copy out, or a split class to move on from. At the
+    /// root class with nothing mature a new load is tagged without help,
+    /// so the counters restart silently.
+    fn check_timeout(&mut self) {
+        if self.loads_since >= self.cfg.timeout_loads || self.idle_since >= self.cfg.idle_loads {
+            if self.level > 0 || self.mature > 0 {
+                self.interrupt(Reason::Timeout);
+            } else {
+                self.loads_since = 0;
+                self.idle_since = 0;
+            }
         }
     }
 
@@ -324,13 +336,7 @@ impl Coprocessor {
                 // one more bit that must be 0.
                 self.level += 1;
             }
-            Reason::Timeout => {
-                self.class += 1;
-                if self.class >= 1 << self.level {
-                    self.level = self.level.saturating_sub(1);
-                    self.class = 0;
-                }
-            }
+            Reason::Timeout => self.next_class(),
             _ => {}
         }
         // Slots of loads the filter no longer passes are freed.
@@ -342,6 +348,24 @@ impl Coprocessor {
         self.evictions_since = 0;
         self.loads_since = 0;
         self.idle_since = 0;
+    }
+
+    /// The class is exhausted: moves on depth-first through the tree of
+    /// splits. Class `r` at level `k` (the pc hash's low k bits equal r)
+    /// has the children (k+1, r) and (k+1, r + 2^k); a split descends to
+    /// the first. An exhausted first child is followed by its sibling; an
+    /// exhausted second child means the parent is exhausted too, so the
+    /// walk climbs and continues with the parent's sibling. After the
+    /// whole tree it starts again from the root, where only loads not yet
+    /// measured remain tagged.
+    fn next_class(&mut self) {
+        while self.level > 0 && self.class & (1 << (self.level - 1)) != 0 {
+            self.level -= 1;
+            self.class &= !(1 << self.level);
+        }
+        if self.level > 0 {
+            self.class |= 1 << (self.level - 1);
+        }
     }
 
     /// Ends the run: one last interrupt records what the slots hold.
@@ -441,6 +465,21 @@ mod tests {
         assert!(c.counters.thrash > 0, "{:?}", c.counters);
         assert!(c.measured.len() > 100, "{} measured", c.measured.len());
         assert!(c.measured.values().all(|m| m.invariance() == 1.0));
+    }
+
+    #[test]
+    fn exhausted_classes_are_left_depth_first() {
+        let mut c = Coprocessor::new(Config::new(4, 1));
+        let mut walk = Vec::new();
+        // Split twice: (2, 0). Then exhaust classes in turn.
+        c.level = 2;
+        for _ in 0..4 {
+            c.next_class();
+            walk.push((c.level, c.class));
+        }
+        // (2,0) → sibling (2,2) → parent (1,0) done → its sibling (1,1)
+        // → the root's children are done → root (0,0).
+        assert_eq!(walk, vec![(2, 2), (1, 1), (0, 0), (0, 0)]);
     }
 
     #[test]
