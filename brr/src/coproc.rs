@@ -85,6 +85,9 @@ pub struct Measurement {
     pub value: u64,
     pub hits: u32,
     pub total: u32,
+    /// Executed loads the co-processor had seen when the handler copied it
+    /// out (when in the run the measurement became available).
+    pub at: u64,
 }
 
 impl Measurement {
@@ -157,6 +160,8 @@ pub struct Coprocessor {
     evictions_since: u64,
     loads_since: u64,
     idle_since: u64,
+    /// Executed loads seen.
+    pub loads: u64,
     pub counters: Counters,
     /// The measurement of each load id, when one was made.
     pub measured: U64Map<Measurement>,
@@ -176,6 +181,7 @@ impl Coprocessor {
             evictions_since: 0,
             loads_since: 0,
             idle_since: 0,
+            loads: 0,
             counters: Counters::default(),
             measured: U64Map::default(),
         }
@@ -198,6 +204,7 @@ impl Coprocessor {
     /// One executed load.
     #[inline]
     pub fn observe(&mut self, l: &Load) {
+        self.loads += 1;
         self.loads_since += 1;
         self.idle_since += 1;
         let id = l.id as usize;
@@ -319,6 +326,7 @@ impl Coprocessor {
                         value: s.value,
                         hits: s.hits,
                         total: s.total,
+                        at: self.loads,
                     },
                 );
                 let id = s.id as usize;

@@ -16,17 +16,18 @@
 //! [`HOT_COVERAGE`] of executed loads, weighted by executions): error,
 //! capture (weight measured within [`TOLERANCE`]) and overhead.
 
+mod summary;
+
+use summary::{capture_svg, summary_md, tradeoff_svg};
+
 use crate::report::{fmt, Report, Table};
 use crate::Options;
 use anyhow::{bail, Context, Result};
-use bench_harness::regression;
-use breakdance_charts::{LineChart, Series};
 use brr::coproc::{self, Coprocessor, Sampler};
 use brr::emu::syscall::Process;
 use brr::loadvalues::{self, ValueProfile};
 use brr::timing;
 use brr::workload::{self, Compiler};
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Cycles the main CPU loses per interrupt: a precise interrupt drains the
@@ -60,6 +61,10 @@ pub const INTERVALS: [u64; 11] = [
 pub const HOT_COVERAGE: f64 = 0.99;
 /// A load is captured when its estimate lies within this of the truth.
 pub const TOLERANCE: f64 = 0.1;
+/// Capture is also reported with only the measurements made in this
+/// first share of the run: how fast a co-processor of each size measures,
+/// before the hot loads run out.
+pub const EARLY_SHARE: f64 = 0.5;
 /// Co-processor seeds per slot count (its replacement draws are random).
 const SEEDS: u64 = 3;
 const QUICK_SEEDS: u64 = 2;
@@ -225,6 +230,7 @@ fn measure(
     for c in &mut coprocs {
         c.2.finish();
     }
+
     let timing = model.report();
     eprintln!(
         "[coproc] {}: {} instructions, {} loads executed, {} static loads",
@@ -418,6 +424,8 @@ fn analyse(runs: &[Run], slots: &[usize]) -> Analysis {
         "capture_max",
         "measured_hot_mean",
         "hot_loads",
+        "early_capture_mean",
+        "early_measured_hot_mean",
     ]);
     let mut loads = Table::new(&[
         "workload",
@@ -534,7 +542,15 @@ fn analyse(runs: &[Run], slots: &[usize]) -> Analysis {
         let best_sampling = curve.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
         for &n in slots {
             let mut points = Vec::new();
+            let mut early = Vec::new();
             for (_, seed, c) in r.coprocs.iter().filter(|c| c.0 == n) {
+                let cut = (c.loads as f64 * EARLY_SHARE) as u64;
+                early.push(score(&r.truth, &hot, |id| {
+                    c.measured
+                        .get(&(id as u64))
+                        .filter(|m| m.at <= cut)
+                        .map(|m| m.invariance())
+                }));
                 let sc = score(&r.truth, &hot, |id| {
                     c.measured.get(&(id as u64)).map(|m| m.invariance())
                 });
@@ -597,6 +613,14 @@ fn analyse(runs: &[Run], slots: &[usize]) -> Analysis {
                     1,
                 ),
                 hot.len().to_string(),
+                fmt(
+                    mean(&early.iter().map(|e| e.capture).collect::<Vec<_>>()),
+                    4,
+                ),
+                fmt(
+                    mean(&early.iter().map(|e| e.measured as f64).collect::<Vec<_>>()),
+                    1,
+                ),
             ]);
         }
         if r.status != 0 {
@@ -610,460 +634,6 @@ fn analyse(runs: &[Run], slots: &[usize]) -> Analysis {
         loads,
         problems,
     }
-}
-
-/// The index of column `name` of `table`.
-fn column(table: &Table, name: &str) -> Result<usize> {
-    table
-        .headers
-        .iter()
-        .position(|h| h == name)
-        .with_context(|| format!("no column '{name}'"))
-}
-
-fn num(cell: &str) -> Option<f64> {
-    cell.parse().ok()
-}
-
-/// Error against overhead: the sampling curve and the co-processor's
-/// points (one series per seed, in slot order).
-fn tradeoff_svg(name: &str, runs: &Table) -> String {
-    let c = |n: &str| column(runs, n).expect("runs table column");
-    let (w, scheme, over, err, seed) = (
-        c("workload"),
-        c("scheme"),
-        c("overhead_pct"),
-        c("error"),
-        c("seed"),
-    );
-    let mut sampling = Series {
-        name: "interrupt sampling (every Nth load)".into(),
-        points: Vec::new(),
-    };
-    let mut by_seed: Vec<Series> = Vec::new();
-    for r in runs.rows.iter().filter(|r| r[w] == name) {
-        let (Some(x), Some(y)) = (num(&r[over]), num(&r[err])) else {
-            continue;
-        };
-        if x <= 0.0 {
-            continue;
-        }
-        if r[scheme] == "sampling" {
-            sampling.points.push((x, y));
-        } else {
-            let label = format!("co-processor, seed {} (4 … 64 slots)", r[seed]);
-            match by_seed.iter_mut().find(|s| s.name == label) {
-                Some(s) => s.points.push((x, y)),
-                None => by_seed.push(Series {
-                    name: label,
-                    points: vec![(x, y)],
-                }),
-            }
-        }
-    }
-    sampling.points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut series = vec![sampling];
-    series.extend(by_seed);
-    LineChart {
-        title: format!("{name}: invariance error against overhead"),
-        x_label: "overhead (% of the program's cycles, log)".into(),
-        y_label: "weighted mean |estimate − exact| (hot loads)".into(),
-        x_log: true,
-        y_log: false,
-        y_from_zero: true,
-        series,
-        ..LineChart::default()
-    }
-    .render()
-}
-
-fn capture_svg(capture: &Table) -> String {
-    let c = |n: &str| column(capture, n).expect("capture table column");
-    let (w, s, m) = (c("workload"), c("slots"), c("capture_mean"));
-    let mut series: Vec<Series> = Vec::new();
-    for r in &capture.rows {
-        let (Some(x), Some(y)) = (num(&r[s]), num(&r[m])) else {
-            continue;
-        };
-        match series.iter_mut().find(|x| x.name == r[w]) {
-            Some(se) => se.points.push((x, y)),
-            None => series.push(Series {
-                name: r[w].clone(),
-                points: vec![(x, y)],
-            }),
-        }
-    }
-    LineChart {
-        title: "Capture against co-processor slots".into(),
-        x_label: "slots".into(),
-        y_label: format!("capture (hot executions measured within {TOLERANCE})"),
-        x_log: false,
-        y_log: false,
-        y_from_zero: true,
-        series,
-        ..LineChart::default()
-    }
-    .render()
-}
-
-fn summary_md(opts: &Options, runs: &[Run], a: &Analysis) -> Result<String> {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "# Value profiles: a profiling co-processor against interrupt sampling\n\n\
-         Zilles and Sohi, \"A Programmable Co-processor for Profiling\" (HPCA 2001), in brr's \
-         emulator and timing model. Generated by `bench-harness coproc{}`.\n",
-        if opts.quick { " --quick" } else { "" }
-    );
-    let _ = writeln!(
-        s,
-        "## Method\n\n\
-         Each workload (gcc -O2, static musl) runs once under brr's emulator. One pass feeds \
-         the timing model (the program's own cycles, tournament predictor, `brr/timing.conf` \
-         defaults), the exact value profile of every load (`brr::loadvalues`), one \
-         co-processor model (`brr::coproc`) per slot count and seed, and one interrupt \
-         sampler per interval. A load is an instruction whose one memory operand is only \
-         read (stack and string accesses excluded); its value is the bytes read.\n\n\
-         - **Ground truth**: per load, its executions and the exact count of each of its \
-           first {} distinct values (later ones counted together); the top-1 count is exact \
-           when it is at least that overflow count, otherwise the truth is the interval it \
-           bounds, and errors are distances to that interval.\n\
-         - **Co-processor**: slots of (load, active value, hits, total); a load without a \
-           slot takes a random one only if a draw in 0..=its count comes out 0. A slot's \
-           first {} samples choose its active value, then it counts {} samples; hits/total \
-           is the estimate. It interrupts when half its slots are mature, when its slots \
-           thrash ({} evictions per slot since the last interrupt) and when its pc class \
-           is idle ({} loads) or stale ({} loads). The handler copies all slots out, masks \
-           the measured loads in the decode filter, splits the pc filter on thrashing (one \
-           more bit of a pc hash must match) and moves to the next class on a timeout.\n\
-         - **Sampling**: every Nth executed load interrupts; the handler records pc and \
-           value; a load's estimate is its most frequent sampled value's share of its \
-           samples. N = {}.\n\
-         - **Costs** (in the experiment, `bench-harness/src/coproc.rs`): {} cycles per \
-           interrupt for both schemes, plus {} cycles per co-processor slot copied, added \
-           to the timing model's cycles (an interrupt drains the pipeline, so its cost \
-           adds to first order). Overhead = interrupt cycles / the program's cycles.\n\
-         - **Hot loads**: the most executed loads covering {:.0}% of executed loads; \
-           every figure is weighted by executions. **Error**: weighted mean |estimate − \
-           exact top-1 invariance|, an unmeasured load counting as estimate 0. **Capture**: \
-           the weight of hot loads measured within {TOLERANCE}. Co-processor figures are \
-           means over {} seeds.\n",
-        loadvalues::VALUE_CAPACITY,
-        coproc::WARMUP,
-        coproc::Config::new(1, 1).maturity,
-        coproc::Config::new(1, 1).thrash_evictions,
-        coproc::Config::new(1, 1).idle_loads,
-        coproc::Config::new(1, 1).timeout_loads,
-        INTERVALS
-            .iter()
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        INTERRUPT_CYCLES,
-        CYCLES_PER_SLOT,
-        HOT_COVERAGE * 100.0,
-        if opts.quick { QUICK_SEEDS } else { SEEDS },
-    );
-    let _ = writeln!(
-        s,
-        "## Workloads\n\n| workload | what | args | instructions | cycles | loads executed | \
-         static loads | hot loads |\n|---|---|---|---:|---:|---:|---:|---:|"
-    );
-    for r in runs {
-        let _ = writeln!(
-            s,
-            "| {} | {} | `{}` | {} | {} | {} | {} | {} |",
-            r.name,
-            r.what,
-            r.args.replace(&opts.cache.display().to_string(), "CACHE"),
-            r.timing.instructions,
-            r.timing.cycles,
-            r.truth.executions(),
-            r.truth.loads.len(),
-            hot_loads(&r.truth).len()
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\n## Equal overhead and equal error\n\n\
-         Per slot count, the co-processor's mean overhead and error, the sampling curve's \
-         error interpolated at the same overhead (log scale; \"below range\" when the \
-         co-processor is cheaper than sampling every 2^22nd load), and the sampling overhead \
-         that reaches the co-processor's error (\"not reached\" when no interval does).\n\n{}",
-        a.comparison.to_markdown()
-    );
-    for r in runs {
-        let _ = writeln!(s, "![error against overhead, {0}](error-{0}.svg)\n", r.name);
-    }
-    let _ = writeln!(
-        s,
-        "## Capture against slots\n\n{}\n![capture](capture.svg)\n",
-        a.capture.to_markdown()
-    );
-    let _ = writeln!(
-        s,
-        "## Hand check: the phased workload's loads\n\n\
-         `brr/workloads/phased.c` with ITERATIONS = N executes each of its seven loop loads \
-         exactly N times: five read A for the first N/2 iterations and B after (3/5, 17/29, \
-         255/127, 2/3, 0/1), two always read 1 and 2. Their rows of `loads.csv`:\n"
-    );
-    let c = |n: &str| column(&a.loads, n);
-    let (w, top1, top2, ex) = (
-        c("workload")?,
-        c("top1_count")?,
-        c("top2_count")?,
-        c("executions")?,
-    );
-    let mut hand = Table::new(
-        &a.loads
-            .headers
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
-    for r in a.loads.rows.iter().filter(|r| r[w] == "phased") {
-        let e = num(&r[ex]).unwrap_or(0.0);
-        let t1 = num(&r[top1]).unwrap_or(0.0);
-        let t2 = num(&r[top2]).unwrap_or(0.0);
-        if (t1 == e || (t1 == e / 2.0 && t2 == e / 2.0)) && e > 1000.0 {
-            hand.push(r.clone());
-        }
-    }
-    s += &hand.to_markdown();
-    s += &findings_md(&a.comparison, &a.capture)?;
-    Ok(s)
-}
-
-const FINDINGS_HEADING: &str = "## Findings";
-
-/// The Findings and Against the paper sections, generated from the
-/// comparison and capture tables.
-fn findings_md(comparison: &Table, capture: &Table) -> Result<String> {
-    let c = |t: &Table, n: &str| column(t, n);
-    let get = |r: &Vec<String>, i: usize| num(&r[i]);
-    let (w, hot, sl, co, ce, se, so, ratio, best) = (
-        c(comparison, "workload")?,
-        c(comparison, "hot_loads")?,
-        c(comparison, "slots")?,
-        c(comparison, "coproc_overhead_pct")?,
-        c(comparison, "coproc_error")?,
-        c(comparison, "sampling_error_at_equal_overhead")?,
-        c(comparison, "sampling_overhead_pct_at_equal_error")?,
-        c(comparison, "overhead_ratio_at_equal_error")?,
-        c(comparison, "best_sampling_error")?,
-    );
-    let mut names: Vec<String> = Vec::new();
-    for r in &comparison.rows {
-        if !names.contains(&r[w]) {
-            names.push(r[w].clone());
-        }
-    }
-    let mut s =
-        format!("\n{FINDINGS_HEADING}\n\nGenerated from comparison.csv and capture.csv.\n\n");
-    // Per workload: how many slot counts beat sampling at equal overhead,
-    // and the mean advantage.
-    struct W {
-        name: String,
-        hot: f64,
-        wins: usize,
-        compared: usize,
-        advantage: f64,
-        coproc_err: f64,
-        best_sampling: f64,
-    }
-    let mut ws = Vec::new();
-    for name in &names {
-        let rows: Vec<&Vec<String>> = comparison.rows.iter().filter(|r| &r[w] == name).collect();
-        let mut wins = 0;
-        let mut compared = 0;
-        let mut adv = Vec::new();
-        for r in &rows {
-            let (Some(e), Some(o)) = (get(r, ce), get(r, co)) else {
-                continue;
-            };
-            // "below range": the co-processor is cheaper than the
-            // cheapest sampler; compare with that cheapest sampler,
-            // which costs more, so a win there is a win at equal cost.
-            let sampled = get(r, se);
-            if let Some(x) = sampled {
-                compared += 1;
-                adv.push(x - e);
-                if e < x {
-                    wins += 1;
-                }
-            }
-            let slots = &r[sl];
-            let _ = writeln!(
-                s,
-                "- **{name}, {slots} slots**: overhead {o:.4}%, error {e:.3}; sampling at that \
-                 overhead: {}; sampling reaches error {e:.3} at {} ({}).",
-                sampled.map_or("below its range".to_string(), |x| format!("error {x:.3}")),
-                get(r, so).map_or("no interval tried".to_string(), |x| format!("{x:.4}%")),
-                get(r, ratio).map_or("n/a".to_string(), |x| format!(
-                    "{x:.0}× the co-processor's overhead"
-                )),
-            );
-        }
-        ws.push(W {
-            name: name.clone(),
-            hot: rows.first().and_then(|r| get(r, hot)).unwrap_or(0.0),
-            wins,
-            compared,
-            advantage: mean(&adv),
-            coproc_err: mean(&rows.iter().filter_map(|r| get(r, ce)).collect::<Vec<_>>()),
-            best_sampling: rows.first().and_then(|r| get(r, best)).unwrap_or(f64::NAN),
-        });
-    }
-    s.push('\n');
-    for x in &ws {
-        let _ = writeln!(
-            s,
-            "- **{}** ({:.0} hot loads): the co-processor's error is lower than sampling's at \
-             equal overhead for {} of {} slot counts compared (mean advantage {:+.3} in \
-             error); its mean error {:.3} against sampling's best {:.3} at any interval tried.",
-            x.name, x.hot, x.wins, x.compared, x.advantage, x.coproc_err, x.best_sampling
-        );
-    }
-    // Capture linearity.
-    let (cw, cs, cm) = (
-        c(capture, "workload")?,
-        c(capture, "slots")?,
-        c(capture, "capture_mean")?,
-    );
-    s.push('\n');
-    let mut linear = Vec::new();
-    for name in &names {
-        let pts: Vec<(f64, f64)> = capture
-            .rows
-            .iter()
-            .filter(|r| &r[cw] == name)
-            .filter_map(|r| Some((num(&r[cs])?, num(&r[cm])?)))
-            .collect();
-        if pts.len() < 3 {
-            continue;
-        }
-        let lin = regression::fit(&pts).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-        let logpts: Vec<(f64, f64)> = pts.iter().map(|&(x, y)| (x.log2(), y)).collect();
-        let log = regression::fit(&logpts).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-        let _ = writeln!(
-            s,
-            "- **{name}** capture from {:.3} ({} slots) to {:.3} ({} slots): against slots \
-             R² = {:.3} (slope {:.4} per slot), against log2(slots) R² = {:.3}.",
-            pts[0].1,
-            pts[0].0,
-            pts[pts.len() - 1].1,
-            pts[pts.len() - 1].0,
-            lin.r2,
-            lin.slope,
-            log.r2
-        );
-        linear.push((name.clone(), lin.r2, log.r2, lin.slope));
-    }
-    // Against the paper.
-    let _ = writeln!(s, "\n## Against the paper\n");
-    let many = ws
-        .iter()
-        .filter(|x| x.name != "phased")
-        .max_by(|a, b| a.hot.total_cmp(&b.hot));
-    let small = ws
-        .iter()
-        .filter(|x| x.name != "phased")
-        .min_by(|a, b| a.hot.total_cmp(&b.hot));
-    let phased = ws.iter().find(|x| x.name == "phased");
-    if let (Some(m), Some(sm)) = (many, small) {
-        let lower_everywhere = ws
-            .iter()
-            .filter(|x| x.name != "phased")
-            .all(|x| x.compared > 0 && x.wins == x.compared);
-        let _ = writeln!(
-            s,
-            "- *Lower error than interrupt sampling at equal overhead*: {} (non-phased \
-             workloads: {}).",
-            if lower_everywhere {
-                "reproduced"
-            } else {
-                "not reproduced everywhere"
-            },
-            ws.iter()
-                .filter(|x| x.name != "phased")
-                .map(|x| format!("{} {} of {}", x.name, x.wins, x.compared))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        if m.name != sm.name {
-            let _ = writeln!(
-                s,
-                "- *Most of all with many static loads*: the mean advantage is {:+.3} on {} \
-                 ({:.0} hot loads) and {:+.3} on {} ({:.0}): {}.",
-                m.advantage,
-                m.name,
-                m.hot,
-                sm.advantage,
-                sm.name,
-                sm.hot,
-                if m.advantage > sm.advantage {
-                    "reproduced"
-                } else {
-                    "not reproduced"
-                }
-            );
-        }
-    }
-    if let Some(p) = phased {
-        let others = mean(
-            &ws.iter()
-                .filter(|x| x.name != "phased")
-                .map(|x| x.advantage)
-                .collect::<Vec<_>>(),
-        );
-        let _ = writeln!(
-            s,
-            "- *Worse on phased values*: on phased the co-processor's mean error is {:.3} and \
-             its advantage over sampling at equal overhead {:+.3}, against {:+.3} on the \
-             other workloads: {}. A slot measures a window of its load's executions, which \
-             sees one phase only; sampling spreads its samples over the whole run.",
-            p.coproc_err,
-            p.advantage,
-            others,
-            if p.advantage < others {
-                "reproduced"
-            } else {
-                "not reproduced"
-            }
-        );
-    }
-    let lin_ok: Vec<String> = linear
-        .iter()
-        .filter(|x| x.1 >= 0.9 && x.3 > 0.0)
-        .map(|x| x.0.clone())
-        .collect();
-    let _ = writeln!(
-        s,
-        "- *Capture roughly linear in slots* (R² ≥ 0.9 against slots, positive slope): {} \
-         ({}).",
-        if lin_ok.len() == linear.len() && !linear.is_empty() {
-            "reproduced"
-        } else if lin_ok.is_empty() {
-            "not reproduced"
-        } else {
-            "partly reproduced"
-        },
-        linear
-            .iter()
-            .map(|x| format!("{} R² {:.2} linear, {:.2} logarithmic", x.0, x.1, x.2))
-            .collect::<Vec<_>>()
-            .join("; ")
-    );
-    let _ = writeln!(
-        s,
-        "\nThe paper's own figures are not legible in the project's copy, so only the \
-         direction of each claim is compared. Differences of setting: the paper's \
-         co-processor ran beside an out-of-order core on SPEC2000 for billions of \
-         instructions; here the runs are millions of instructions long, so a small \
-         co-processor has few chances to measure loads one class after another, and the \
-         interrupt costs are stated assumptions, not measurements."
-    );
-    Ok(s)
 }
 
 #[cfg(test)]
