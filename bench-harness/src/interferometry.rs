@@ -5,11 +5,13 @@
 //! its input sections (one per function: `-ffunction-sections`, and every
 //! member of musl's libc.a) in a different order: `ld.lld-19
 //! --shuffle-sections='.text*=SEED'`. Each layout runs under the timing model
-//! twice, with the tournament predictor and with the perfect one. The
-//! tournament runs give points (MPKI, CPI); the least-squares line
+//! three times: with the tournament predictor, the perfect one and gshare.
+//! The tournament runs give points (MPKI, CPI); the least-squares line
 //! CPI = m·MPKI + b through them, extrapolated to MPKI = 0, estimates the
 //! CPI under perfect prediction, which the perfect runs measure directly:
-//! the check real hardware cannot make.
+//! the check real hardware cannot make. The gshare runs test the line as
+//! a predictor of another predictor's CPI: each layout's gshare CPI should
+//! fall within the fit's 95% prediction interval at its gshare MPKI.
 //!
 //! Workloads: bzip2 1.0.8 (Debian's sources) compressing generated text, and
 //! `brr/workloads/opmix.c`. Each layout's text symbols are hashed to show
@@ -56,6 +58,7 @@ struct Row {
     symbols: Vec<(String, u64)>,
     tournament: timing::Report,
     perfect: timing::Report,
+    gshare: timing::Report,
     output_hash: u64,
     status: i32,
 }
@@ -122,6 +125,12 @@ pub fn run(opts: &Options) -> Result<usize> {
         "perfect_mpki",
         "perfect_l1i_mpki",
         "perfect_btb_mpki",
+        "gshare_cycles",
+        "gshare_cpi",
+        "gshare_mpki",
+        "gshare_pi_low",
+        "gshare_pi_high",
+        "gshare_in_pi",
         "output_hash",
         "exit_status",
     ]);
@@ -148,6 +157,9 @@ pub fn run(opts: &Options) -> Result<usize> {
         "measured_gain",
         "cycles_per_misprediction_m",
         "cycles_per_misprediction_measured",
+        "mean_gshare_cpi",
+        "mean_gshare_mpki",
+        "gshare_layouts_in_pi",
     ]);
     for s in &subjects {
         let rows = match measure(s, &work, &shim, &config, n) {
@@ -157,10 +169,13 @@ pub fn run(opts: &Options) -> Result<usize> {
                 continue;
             }
         };
+        let analysis = analyse(s.name, &rows);
+        let fit = analysis.as_ref().ok().map(|(a, _)| a.fit.clone());
         let first = &rows[0].symbols;
         for r in &rows {
             let moved = moved(first, &r.symbols);
-            let (t, p) = (&r.tournament, &r.perfect);
+            let (t, p, g) = (&r.tournament, &r.perfect, &r.gshare);
+            let band = fit.as_ref().map(|f| gshare_band(f, g));
             all_rows.push(vec![
                 s.name.to_string(),
                 r.seed.to_string(),
@@ -177,11 +192,17 @@ pub fn run(opts: &Options) -> Result<usize> {
                 fmt(p.mpki(), 4),
                 fmt(p.l1i_mpki(), 4),
                 fmt(p.btb_mpki(), 4),
+                g.cycles.to_string(),
+                fmt(g.cpi(), 5),
+                fmt(g.mpki(), 4),
+                band.map_or("n/a".into(), |b| fmt(b.0, 5)),
+                band.map_or("n/a".into(), |b| fmt(b.1, 5)),
+                band.map_or("n/a".into(), |b| b.2.to_string()),
                 format!("{:016x}", r.output_hash),
                 r.status.to_string(),
             ]);
         }
-        match analyse(s.name, &rows) {
+        match analysis {
             Ok((a, row)) => {
                 fits.push(row);
                 md += &a.text;
@@ -259,7 +280,7 @@ fn measure(s: &Subject, work: &Path, shim: &Path, config: &Config, n: usize) -> 
     let seeds: Vec<u64> = (1..=n as u64).collect();
     let done = AtomicUsize::new(0);
     eprintln!(
-        "[interferometry] {}: {n} layouts, each under the tournament and the perfect predictor",
+        "[interferometry] {}: {n} layouts, each under the tournament, perfect and gshare predictors",
         s.name
     );
     brr::experiment::parallel(THREADS, &seeds, |&seed| {
@@ -275,17 +296,23 @@ fn measure(s: &Subject, work: &Path, shim: &Path, config: &Config, n: usize) -> 
         let (status, tournament, output_hash) =
             timed(&exe, s, &out, config, PredictorKind::Tournament)?;
         let (pstatus, perfect, phash) = timed(&exe, s, &out, config, PredictorKind::Perfect)?;
+        let (gstatus, gshare, ghash) = timed(&exe, s, &out, config, PredictorKind::Gshare)?;
         let _ = std::fs::remove_file(&out);
         if (pstatus, phash) != (status, output_hash) {
             bail!("layout {seed}: the perfect-predictor run gave another output or exit status");
         }
+        if (gstatus, ghash) != (status, output_hash) {
+            bail!("layout {seed}: the gshare run gave another output or exit status");
+        }
         let k = done.fetch_add(1, Ordering::Relaxed) + 1;
         eprintln!(
-            "[interferometry] {} layout {k}/{n} (seed {seed}): CPI {:.4} MPKI {:.3}, perfect CPI {:.4}",
+            "[interferometry] {} layout {k}/{n} (seed {seed}): CPI {:.4} MPKI {:.3}, perfect CPI {:.4}, gshare CPI {:.4} MPKI {:.3}",
             s.name,
             tournament.cpi(),
             tournament.mpki(),
-            perfect.cpi()
+            perfect.cpi(),
+            gshare.cpi(),
+            gshare.mpki()
         );
         Ok(Row {
             seed,
@@ -293,6 +320,7 @@ fn measure(s: &Subject, work: &Path, shim: &Path, config: &Config, n: usize) -> 
             symbols,
             tournament,
             perfect,
+            gshare,
             output_hash,
             status,
         })
@@ -378,6 +406,14 @@ fn timed(
     Ok((status, report, fnv(&bytes, FNV_START)))
 }
 
+/// The tournament fit's 95% prediction interval at a gshare run's MPKI,
+/// and whether the run's CPI lies in it.
+fn gshare_band(f: &Fit, g: &timing::Report) -> (f64, f64, bool) {
+    let x = g.mpki();
+    let (c, h) = (f.predict(x), f.prediction_half_width(x));
+    (c - h, c + h, (g.cpi() - c).abs() <= h)
+}
+
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
     let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
     s / n.max(1) as f64
@@ -446,6 +482,25 @@ fn analyse(name: &str, rows: &[Row]) -> Result<(Analysis, Vec<String>)> {
         .iter()
         .filter(|r| (r.perfect.cpi() - fit.intercept).abs() <= pi)
         .count();
+    let mean_gshare_cpi = mean(rows.iter().map(|r| r.gshare.cpi()));
+    let mean_gshare_mpki = mean(rows.iter().map(|r| r.gshare.mpki()));
+    let gshare_bands: Vec<(f64, f64, bool)> =
+        rows.iter().map(|r| gshare_band(&fit, &r.gshare)).collect();
+    let gshare_in_pi = gshare_bands.iter().filter(|b| b.2).count();
+    let gshare_mpki_min = rows
+        .iter()
+        .map(|r| r.gshare.mpki())
+        .fold(f64::MAX, f64::min);
+    let gshare_mpki_max = rows
+        .iter()
+        .map(|r| r.gshare.mpki())
+        .fold(f64::MIN, f64::max);
+    // Signed distance of each gshare CPI from the line, in prediction
+    // half-widths: how far outside the interval the misses lie.
+    let gshare_resid = mean(
+        rows.iter()
+            .map(|r| r.gshare.cpi() - fit.predict(r.gshare.mpki())),
+    );
     let predicted_gain = mean_cpi / fit.intercept - 1.0;
     let measured_gain = mean_cpi / mean_perfect - 1.0;
     // Cycles a misprediction costs: the slope per 1000 instructions, and
@@ -523,6 +578,15 @@ fn analyse(name: &str, rows: &[Row]) -> Result<(Analysis, Vec<String>)> {
          the model's `mispredict_penalty` is {}.\n",
         Config::default().mispredict_penalty
     );
+    let _ = writeln!(
+        t,
+        "- gshare alone (same layouts): MPKI {gshare_mpki_min:.3} … {gshare_mpki_max:.3} (mean \
+         {mean_gshare_mpki:.3}), mean CPI {mean_gshare_cpi:.4}; the tournament fit predicts \
+         {:.4} at the mean gshare MPKI; the gshare CPI lies on average {gshare_resid:+.4} from \
+         the line; {gshare_in_pi} of {n} layouts' gshare CPI lie within the fit's 95% \
+         prediction interval at their MPKI.",
+        fit.predict(mean_gshare_mpki)
+    );
     let _ = writeln!(t, "![{name}](scatter-{name}.svg)\n");
     let row = vec![
         name.to_string(),
@@ -547,6 +611,9 @@ fn analyse(name: &str, rows: &[Row]) -> Result<(Analysis, Vec<String>)> {
         fmt(measured_gain, 4),
         fmt(per_m, 2),
         fmt(per_measured, 2),
+        fmt(mean_gshare_cpi, 5),
+        fmt(mean_gshare_mpki, 4),
+        gshare_in_pi.to_string(),
     ];
     Ok((
         Analysis {
@@ -581,8 +648,10 @@ fn summary_md(opts: &Options, n: usize, config: &Config, fits: &Table, body: &st
          members. Heap and stack placement are not varied (argv[0] and the environment are the \
          same in every run). Each layout runs under `brr::timing` (the defaults of \
          `brr/timing.conf`: {}-wide fetch, {}-cycle misprediction penalty, {}-entry {}-way BTB, \
-         {} KiB L1I) twice: with the tournament predictor, giving a point (MPKI, CPI), and with \
-         the `perfect` predictor, which never mispredicts. The line CPI = m·MPKI + b is fitted \
+         {} KiB L1I) three times: with the tournament predictor, giving a point (MPKI, CPI), \
+         with the `perfect` predictor, which never mispredicts, and with `gshare` alone (the \
+         tournament's gshare component), whose CPI is checked against the fit's 95% \
+         prediction interval at its own MPKI. The line CPI = m·MPKI + b is fitted \
          to the tournament points by least squares (95% Student-t intervals, \
          `bench-harness/src/regression.rs`); b is the CPI the fit predicts with no \
          mispredictions, compared with the CPI the perfect predictor measures in the same \
@@ -606,9 +675,12 @@ fn summary_md(opts: &Options, n: usize, config: &Config, fits: &Table, body: &st
         s,
         "Files: `layouts.csv` (one row per workload and layout: layout hash, functions moved \
          against layout 1, instructions, cycles, CPI, MPKI, L1I and BTB misses per 1000 \
-         instructions, the same under the perfect predictor, output hash, exit status), \
+         instructions, the same under the perfect predictor, gshare's cycles, CPI and MPKI \
+         with the fit's 95% prediction interval at that MPKI and whether its CPI lies in it, \
+         output hash, exit status), \
          `fit.csv` (the fit per workload), `scatter-<workload>.svg` (left: the layouts with \
-         the fitted line, its 95% confidence band and 95% prediction interval; right: the line \
+         their gshare runs as squares and the fitted line, its 95% confidence band and 95% \
+         prediction interval; right: the line \
          extrapolated to MPKI = 0 beside the perfect predictor's measured CPIs).\n"
     );
     s += body;
@@ -750,6 +822,25 @@ fn findings_md(fits: &Table, penalty: u32) -> Result<String> {
                 "the slope is not lower than the measured cost"
             },
         );
+        // Runs before the gshare runs existed have no such columns.
+        if col("gshare_layouts_in_pi").is_ok() {
+            let in_pi = num("gshare_layouts_in_pi")?;
+            let _ = writeln!(
+                s,
+                "  Rerun with gshare alone: {in_pi:.0} of {n:.0} layouts' gshare CPI (mean \
+                 {:.4} at mean MPKI {:.3}) lie within the tournament fit's 95% prediction \
+                 interval at their MPKI: the line {} the other predictor's CPI.",
+                num("mean_gshare_cpi")?,
+                num("mean_gshare_mpki")?,
+                if in_pi == n {
+                    "predicts"
+                } else if in_pi >= 0.95 * n {
+                    "predicts, within the interval's 5% allowance,"
+                } else {
+                    "does not predict"
+                }
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -945,11 +1036,12 @@ fn scatter_svg(name: &str, rows: &[Row], f: &Fit) -> String {
         rows.len()
     );
     let tour = |r: &Row| (r.tournament.mpki(), r.tournament.cpi());
-    let xr = padded(rows.iter().map(|r| tour(r).0));
+    let gsh = |r: &Row| (r.gshare.mpki(), r.gshare.cpi());
+    let xr = padded(rows.iter().flat_map(|r| [tour(r).0, gsh(r).0]));
     let band = |x: f64| f.prediction_half_width(x);
     let yr = padded(
         rows.iter()
-            .map(|r| tour(r).1)
+            .flat_map(|r| [tour(r).1, gsh(r).1])
             .chain([
                 f.predict(xr.0) - band(xr.0),
                 f.predict(xr.1) + band(xr.1),
@@ -973,6 +1065,15 @@ fn scatter_svg(name: &str, rows: &[Row], f: &Fit) -> String {
     for r in rows {
         let (x, y) = tour(r);
         left.dot(&mut svg, x, y, "#0072B2");
+        // Squares, not circles: the other predictor, which the fit did
+        // not see.
+        let (x, y) = gsh(r);
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{:.1}" y="{:.1}" width="6" height="6" fill="#009E73" fill-opacity="0.75"/>"##,
+            left.px(x) - 3.0,
+            left.py(y) - 3.0
+        );
     }
     let xr2 = (0.0, xr.1);
     let yr2 = padded(
@@ -1010,6 +1111,14 @@ fn scatter_svg(name: &str, rows: &[Row], f: &Fit) -> String {
         ("#E69F00", "same layout, perfect predictor (measured)"),
     ];
     let y = height - 34.0;
+    let _ = writeln!(
+        svg,
+        r##"<rect x="{}" y="{}" width="8" height="8" fill="#009E73"/><text x="{}" y="{}" font-size="12">same layout, gshare (not fitted)</text>"##,
+        90.0 + 330.0 * 2.0 - 4.0,
+        y - 8.0,
+        90.0 + 330.0 * 2.0 + 10.0,
+        y
+    );
     for (i, (c, label)) in legend.iter().enumerate() {
         let x = 90.0 + 330.0 * i as f64;
         let _ = writeln!(

@@ -5,6 +5,7 @@
 mod autofdo;
 mod bpcost;
 mod brr_tracer;
+mod coproc;
 mod csspgo;
 mod fdo;
 mod forms;
@@ -25,7 +26,7 @@ use std::path::PathBuf;
 
 const USAGE: &str =
     "usage: bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR] [--layouts N] [--epoch N]
-                    [--baseline LIB]
+                    [--baseline LIB] [--slots N,N,...]
 
 experiments:
   workloads  fetch and build the third-party workloads, time them natively
@@ -62,6 +63,11 @@ experiments:
              and are re-hooked every epoch, P = 10, 100, 1000, 10000, against
              counter and brr sampling at equal overhead and equal accuracy,
              on charclass, bzip2 and flip (a branch whose bias flips halfway)
+  coproc     value profiles from a profiling co-processor (Zilles and Sohi)
+             against interrupt sampling in brr's emulator and timing model:
+             per-load invariance error, capture and overhead, 4..64 slots
+             against every Nth load, on charclass, bzip2 and phased (values
+             that change halfway)
   all        every experiment above, in order
 
 options:
@@ -72,6 +78,8 @@ options:
                  at least 3)
   --epoch N      ephemeral: re-hook every N emulated instructions (default
                  100000; another value writes to results/ephemeral/epoch-N)
+  --slots LIST   coproc: co-processor sizes, comma-separated (default
+                 4,8,16,32,64; each 1..=4096)
   --baseline LIB threads: also run this build of libbreakdance.so (an earlier
                  commit's) in the same rounds, for a before/after comparison";
 
@@ -86,6 +94,8 @@ pub struct Options {
     pub epoch: Option<u64>,
     /// `--baseline LIB` (threads only).
     pub baseline: Option<PathBuf>,
+    /// `--slots LIST` (coproc only).
+    pub slots: Option<Vec<usize>>,
 }
 
 fn parse(args: &[String]) -> Result<(String, Options)> {
@@ -97,6 +107,7 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
         layouts: None,
         epoch: None,
         baseline: None,
+        slots: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -119,6 +130,21 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
                     format!("--epoch needs a positive whole number of instructions, got '{v}'")
                 })?;
                 opts.epoch = Some(n);
+            }
+            "--slots" => {
+                let v = it
+                    .next()
+                    .context("option --slots needs a comma-separated list of slot counts")?;
+                let n: Vec<usize> = v
+                    .split(',')
+                    .map(|x| x.parse().ok().filter(|n| (1..=4096).contains(n)))
+                    .collect::<Option<_>>()
+                    .with_context(|| {
+                        format!(
+                            "--slots needs slot counts from 1 to 4096, comma-separated, got '{v}'"
+                        )
+                    })?;
+                opts.slots = Some(n);
             }
             "--baseline" => {
                 let v = it
@@ -207,6 +233,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "interferometry" => interferometry::run(opts),
         "interferometry-findings" => interferometry::refresh_findings(opts),
         "ephemeral" => ephemeral_experiment(opts),
+        "coproc" => coproc::run(opts),
         "brr" => {
             let dir = opts.results.join("brr");
             std::fs::create_dir_all(&dir)

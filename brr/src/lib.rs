@@ -3,11 +3,13 @@
 //! runs annotated static binaries, and the instrumentation and experiments
 //! that compare brr sampling with counter-based sampling.
 
+pub mod coproc;
 pub mod emu;
 pub mod encoding;
 pub mod experiment;
 pub mod instrument;
 pub mod lfsr;
+pub mod loadvalues;
 pub mod markov;
 pub mod profile;
 pub mod timing;

@@ -199,6 +199,25 @@ impl GuestMemory {
         Ok(())
     }
 
+    /// Copies bytes out without moving the region cache: for observers,
+    /// which see the machine only by shared reference. False when the
+    /// bytes do not lie in one region.
+    pub fn peek_data(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let end = addr.wrapping_add(buf.len() as u64);
+        let hit = |r: &&Region| r.start <= addr && end <= r.end() && addr <= end;
+        let Some(r) = self
+            .regions
+            .get(self.last)
+            .filter(hit)
+            .or_else(|| self.regions.iter().find(hit))
+        else {
+            return false;
+        };
+        let off = (addr - r.start) as usize;
+        buf.copy_from_slice(&r.data[off..off + buf.len()]);
+        true
+    }
+
     /// A slice of guest memory, for syscall buffers; it must lie in one region.
     pub fn slice_mut(&mut self, addr: u64, len: usize) -> Result<&mut [u8], MemError> {
         let r = self.find(addr, len, true)?;
