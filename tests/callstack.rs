@@ -414,6 +414,37 @@ fn stacks_stop_at_the_depth_asked_for() {
     );
 }
 
+/// `check` tells a -g recording of a build without frame pointers, and
+/// says nothing of it for a build with them.
+#[test]
+fn check_names_a_build_without_frame_pointers() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("callstack-check");
+    for (name, flags) in [
+        ("with_fp", FLAGS.to_vec()),
+        ("without_fp", vec!["-O2", "-g", "-fomit-frame-pointer"]),
+    ] {
+        let binary = build(&clang, &dir.0, name, &["callchains.c"], &flags);
+        let out = dir.path(&format!("out-{name}"));
+        let profiled = record_with(&tracer, &out, PERIOD_NS, &["-g"], &binary, &["2000"], &[]);
+        assert!(profiled.status.success(), "{profiled:?}");
+        let check = ctl_output(
+            &tracer,
+            &["check", binary.to_str().unwrap(), out.to_str().unwrap()],
+        );
+        let said = String::from_utf8_lossy(&check.stdout).to_string()
+            + &String::from_utf8_lossy(&check.stderr);
+        assert_eq!(
+            said.contains("-fno-omit-frame-pointer"),
+            name == "without_fp",
+            "{name}: {said}"
+        );
+    }
+}
+
 #[test]
 fn call_stacks_need_the_emulate_mode() {
     let tracer = tracer();

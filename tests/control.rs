@@ -112,13 +112,15 @@ fn connect_as_nobody(socket: &Path) -> ForeignPeer {
     }
 }
 
-const MALFORMED: [&str; 7] = [
+const MALFORMED: [&str; 9] = [
     "",
     "bogus",
     "start period=abc",
     "start lbr=0",
     "start lbr=5000",
     "start event=nonsense",
+    "start callstack=513",
+    "start callstack=16 lookahead=paper",
     "frobnicate start",
 ];
 

@@ -144,6 +144,9 @@ fn recording_findings(
         }]);
     };
     let mut found = profile_address_findings(binary, dir, module);
+    if summary.config.callstack > 0 {
+        found.extend(frame_pointer_finding(binary));
+    }
     if !facts.has_debug_info {
         return Ok(found);
     }
@@ -179,6 +182,23 @@ fn recording_findings(
         )],
     });
     Ok(found)
+}
+
+/// A recording with call stacks of a build that mostly keeps no frame
+/// pointers: the stacks lose the callers of every such function.
+fn frame_pointer_finding(binary: &Binary) -> Option<Finding> {
+    let (kept, total) = binary.frame_pointer_functions().ok()?;
+    (total > 0 && kept * 2 < total).then(|| {
+        finding(
+            format!(
+                "recorded with -g, but {} of {total} functions set up no frame pointer: the \
+                 stacks miss the caller of each such function when the trace did not see the \
+                 call, so contexts are cut short or joined wrongly",
+                total - kept
+            ),
+            "rebuild with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer",
+        )
+    })
 }
 
 /// Every address of the module's AutoFDO text (ranges, sample addresses,

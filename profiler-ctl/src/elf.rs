@@ -179,6 +179,26 @@ impl Binary {
         Ok(functions)
     }
 
+    /// Of the functions of 16 bytes or more, how many set up a frame
+    /// pointer (`push rbp; mov rbp, rsp` within their first 48 bytes:
+    /// after an `endbr64`, or after an early exit the compiler moved
+    /// before it), and how many there are.
+    pub fn frame_pointer_functions(&self) -> Result<(usize, usize)> {
+        const SETUP: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
+        let (mut kept, mut total) = (0, 0);
+        for f in self.functions()?.iter().filter(|f| f.size >= 16) {
+            let Some(code) = self.code_at(f.address) else {
+                continue;
+            };
+            let head = &code[..code.len().min(f.size.min(48) as usize)];
+            total += 1;
+            if head.windows(SETUP.len()).any(|w| w == SETUP) {
+                kept += 1;
+            }
+        }
+        Ok((kept, total))
+    }
+
     /// The bytes of executable code at link-time address `address`, to the
     /// end of its section.
     pub fn code_at(&self, address: u64) -> Option<&[u8]> {
