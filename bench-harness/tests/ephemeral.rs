@@ -145,8 +145,11 @@ fn ephemeral_hooks_unhook_rehook_and_follow_the_flip() {
 #[test]
 fn a_bad_smc_penalty_is_refused_in_one_line() {
     for bad in ["0,x", "100001", "", "10,,20", "-1"] {
+        // The unknown option after it: were the value wrongly accepted,
+        // parsing stops there (with the usage text, several lines) instead
+        // of running the experiment.
         let out = Command::new(env!("CARGO_BIN_EXE_bench-harness"))
-            .args(["ephemeral", "--smc-penalty", bad])
+            .args(["ephemeral", "--smc-penalty", bad, "--not-an-option"])
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
