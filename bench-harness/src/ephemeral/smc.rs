@@ -413,6 +413,30 @@ fn workload_findings(plan: &Plan, m: &Measured, rankings: &[(u32, Vec<[bool; 2]>
             changed.join("; ")
         );
     }
+    // How overhead moves with P under each penalty: the stores into code
+    // are most numerous at small P, so a large enough penalty can turn the
+    // main summary's "rises with P" around.
+    let shape = |pt: &Point| {
+        let c: Vec<u64> = pt.runs.iter().filter_map(|r| r.cycles).collect();
+        if c.windows(2).all(|w| w[0] < w[1]) {
+            "rises"
+        } else if c.windows(2).all(|w| w[0] > w[1]) {
+            "falls"
+        } else {
+            "is not monotonic"
+        }
+    };
+    let shapes: Vec<String> = m
+        .smc
+        .iter()
+        .map(|pt| format!("{} at {}", shape(pt), pt.penalty))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  Overhead against P (= {}): {}.",
+        all_p.join(", "),
+        shapes.join(", ")
+    );
     // The default penalty's rerun reproduces the main experiment's cycles
     // (the model is deterministic) when it is among the swept.
     if let Some(pt) = m
