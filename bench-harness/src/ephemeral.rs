@@ -937,6 +937,9 @@ pub fn write(plan: &Plan, results: &[Measured], out: &Path, quick: bool) -> Resu
         PAPER_VORTEX_10000,
         PAPER_WC_SUPERBLOCK
     );
+    if let Some(note) = smc::closing_note(plan, results) {
+        let _ = writeln!(md, "{note}");
+    }
     let write_file = |name: &str, text: &str| {
         let p = out.join(name);
         std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))

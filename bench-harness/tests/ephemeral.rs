@@ -133,6 +133,7 @@ fn ephemeral_hooks_unhook_rehook_and_follow_the_flip() {
         .contains("\nflip,1000,10,"));
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(summary.contains("## flip") && summary.contains("flip bias"));
+    assert!(summary.contains("How much this depends on `smc_penalty`"));
     assert!(out.join("tradeoff-flip.svg").exists());
     assert!(std::fs::read_to_string(out.join("runs.csv"))
         .unwrap()
