@@ -19,6 +19,8 @@
 //! interest flips its bias halfway through the run, run with and without
 //! re-hooking.
 
+pub mod smc;
+
 use crate::overlap;
 use anyhow::{bail, Context, Result};
 use breakdance_charts::{LineChart, Series};
@@ -62,6 +64,10 @@ pub struct Plan {
     pub intervals: Vec<u32>,
     pub epoch: u64,
     pub timing: timing::Config,
+    /// `smc_penalty` values (cycles per store into code) under which the
+    /// uninstrumented and the re-hooked ephemeral runs are repeated: the
+    /// sensitivity sweep (`smc.rs`). Empty: no sweep.
+    pub smc_penalties: Vec<u32>,
 }
 
 /// How a run was instrumented.
@@ -134,6 +140,10 @@ pub struct Measured {
     /// The exact edge profile (sanitised unit, site) → (taken, fall-through).
     pub exact: EdgeProfile,
     pub runs: Vec<Run>,
+    /// Stores into code of the uninstrumented run (expected 0).
+    pub code_stores_none: u64,
+    /// The re-hooked ephemeral runs under each of `Plan::smc_penalties`.
+    pub smc: Vec<smc::Point>,
 }
 
 fn progress(msg: &str) {
@@ -412,69 +422,113 @@ fn measure_one(plan: &Plan, w: &Workload) -> Result<Measured> {
         schemes.push(Scheme::Counter(i));
         schemes.push(Scheme::Brr(i));
     }
+    // One instrumented run of `scheme`, timed (when timed at all) under
+    // `timing`; `tag` names its files and `cycles_none` is the
+    // uninstrumented run's cycles under the same `timing`.
+    let run_scheme =
+        |scheme: Scheme, tag: &str, timing: &timing::Config, cycles_none: u64| -> Result<Run> {
+            let edges = edges_env(tag);
+            let stats = work.join(format!("{}-{tag}.stats", w.name));
+            let _ = std::fs::remove_file(&edges);
+            let _ = std::fs::remove_file(&stats);
+            let mut env = vec![format!("BRR_EDGES={}", edges.display())];
+            let (exe, timed) = match scheme {
+                Scheme::Ephemeral { persist, rehook } => {
+                    env.push(format!("BRR_EPH_P={persist}"));
+                    env.push(format!("BRR_EPH_STATS={}", stats.display()));
+                    if !rehook {
+                        env.push("BRR_EPH_REHOOK=0".into());
+                    }
+                    (eph.clone(), rehook)
+                }
+                Scheme::Counter(i) => (build(Variant::Counter { interval: i })?, true),
+                Scheme::Brr(i) => (build(Variant::Brr { interval: i })?, true),
+            };
+            let g = run_guest(&exe, &w.args, &env, plan.epoch, timed.then_some(timing))?;
+            let recorded = profile::sanitise_units(&profile::read_edges(&edges)?);
+            let overlap_raw = overlap::overlap(&exact_keyed, &keyed(&recorded));
+            let cycles = g.report.as_ref().map(|r| r.cycles);
+            let mut run = Run {
+                scheme,
+                cycles,
+                instructions: g.instructions,
+                cycles_per_site: cycles
+                    .map(|c| (c as f64 - cycles_none as f64) / site_execs as f64),
+                samples: profile::total(&recorded),
+                overlap_raw,
+                overlap_markov: None,
+                overlap_markov_exact_scale: None,
+                hooks: 0,
+                unhooks: 0,
+                ticks: 0,
+                code_stores: g.code_stores,
+                signals: g.signals,
+                flip_bias: None,
+            };
+            if let Scheme::Ephemeral { .. } = scheme {
+                let (h, u, t) = read_stats(&stats)?;
+                run.hooks = h;
+                run.unhooks = u;
+                run.ticks = t;
+                let own = markov_weights(&procs, &recorded, |u, s| site_sum(&recorded, u, s));
+                let oracle = markov_weights(&procs, &recorded, |u, s| site_sum(&exact, u, s));
+                run.overlap_markov = Some(overlap::overlap(&exact_keyed, &keyed_f64(&own)));
+                run.overlap_markov_exact_scale =
+                    Some(overlap::overlap(&exact_keyed, &keyed_f64(&oracle)));
+            }
+            if let Some((key, _)) = &flip_site {
+                let &(t, f) = recorded.get(key).unwrap_or(&(0, 0));
+                run.flip_bias = Some(t as f64 / (t + f).max(1) as f64);
+            }
+            Ok(run)
+        };
     let total = schemes.len();
     for (n, &scheme) in schemes.iter().enumerate() {
         let tag = format!("{}-{}", scheme.name(), scheme.parameter());
         progress(&format!("{}: {tag} ({}/{total})", w.name, n + 1));
-        let edges = edges_env(&tag);
-        let stats = work.join(format!("{}-{tag}.stats", w.name));
-        let _ = std::fs::remove_file(&edges);
-        let _ = std::fs::remove_file(&stats);
-        let mut env = vec![format!("BRR_EDGES={}", edges.display())];
-        let (exe, timed) = match scheme {
-            Scheme::Ephemeral { persist, rehook } => {
-                env.push(format!("BRR_EPH_P={persist}"));
-                env.push(format!("BRR_EPH_STATS={}", stats.display()));
-                if !rehook {
-                    env.push("BRR_EPH_REHOOK=0".into());
-                }
-                (eph.clone(), rehook)
-            }
-            Scheme::Counter(i) => (build(Variant::Counter { interval: i })?, true),
-            Scheme::Brr(i) => (build(Variant::Brr { interval: i })?, true),
+        runs.push(run_scheme(scheme, &tag, &plan.timing, cycles_none)?);
+    }
+    // The sensitivity sweep: the uninstrumented run and the re-hooked
+    // ephemeral runs again under each other `smc_penalty`. The no-rehook
+    // runs are functional only and the samplers store nothing into code
+    // (`code_stores` = 0, checked in smc.rs), so neither depends on it.
+    let mut smc = Vec::new();
+    for &penalty in &plan.smc_penalties {
+        let timing = timing::Config {
+            smc_penalty: penalty,
+            ..plan.timing.clone()
         };
-        let g = run_guest(
-            &exe,
+        progress(&format!(
+            "{}: smc_penalty {penalty}: uninstrumented",
+            w.name
+        ));
+        let base = run_guest(
+            &none,
             &w.args,
-            &env,
+            &[format!("BRR_EDGES={}", edges_env("none").display())],
             plan.epoch,
-            timed.then_some(&plan.timing),
+            Some(&timing),
         )?;
-        let recorded = profile::sanitise_units(&profile::read_edges(&edges)?);
-        let overlap_raw = overlap::overlap(&exact_keyed, &keyed(&recorded));
-        let cycles = g.report.as_ref().map(|r| r.cycles);
-        let mut run = Run {
-            scheme,
-            cycles,
-            instructions: g.instructions,
-            cycles_per_site: cycles.map(|c| (c as f64 - cycles_none as f64) / site_execs as f64),
-            samples: profile::total(&recorded),
-            overlap_raw,
-            overlap_markov: None,
-            overlap_markov_exact_scale: None,
-            hooks: 0,
-            unhooks: 0,
-            ticks: 0,
-            code_stores: g.code_stores,
-            signals: g.signals,
-            flip_bias: None,
-        };
-        if let Scheme::Ephemeral { .. } = scheme {
-            let (h, u, t) = read_stats(&stats)?;
-            run.hooks = h;
-            run.unhooks = u;
-            run.ticks = t;
-            let own = markov_weights(&procs, &recorded, |u, s| site_sum(&recorded, u, s));
-            let oracle = markov_weights(&procs, &recorded, |u, s| site_sum(&exact, u, s));
-            run.overlap_markov = Some(overlap::overlap(&exact_keyed, &keyed_f64(&own)));
-            run.overlap_markov_exact_scale =
-                Some(overlap::overlap(&exact_keyed, &keyed_f64(&oracle)));
+        let cycles_none = base.report.as_ref().map_or(0, |r| r.cycles);
+        let mut runs = Vec::new();
+        for &persist in &plan.persistences {
+            let scheme = Scheme::Ephemeral {
+                persist,
+                rehook: true,
+            };
+            // The same tag, hence the same file names, as the main run:
+            // the paths are in the guest's environment, and a longer
+            // environment moves its stack and changes the cycles.
+            let tag = format!("{}-{persist}", scheme.name());
+            progress(&format!("{}: {tag}, smc_penalty {penalty}", w.name));
+            runs.push(run_scheme(scheme, &tag, &timing, cycles_none)?);
         }
-        if let Some((key, _)) = &flip_site {
-            let &(t, f) = recorded.get(key).unwrap_or(&(0, 0));
-            run.flip_bias = Some(t as f64 / (t + f).max(1) as f64);
-        }
-        runs.push(run);
+        smc.push(smc::Point {
+            penalty,
+            cycles_none,
+            code_stores_none: base.code_stores,
+            runs,
+        });
     }
     Ok(Measured {
         name: w.name.clone(),
@@ -485,6 +539,8 @@ fn measure_one(plan: &Plan, w: &Workload) -> Result<Measured> {
         flip_exact_bias: flip_site.map(|f| f.1),
         exact,
         runs,
+        code_stores_none: base.code_stores,
+        smc,
     })
 }
 
@@ -881,6 +937,9 @@ pub fn write(plan: &Plan, results: &[Measured], out: &Path, quick: bool) -> Resu
         PAPER_VORTEX_10000,
         PAPER_WC_SUPERBLOCK
     );
+    if let Some(note) = smc::closing_note(plan, results) {
+        let _ = writeln!(md, "{note}");
+    }
     let write_file = |name: &str, text: &str| {
         let p = out.join(name);
         std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))

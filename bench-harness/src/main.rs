@@ -26,7 +26,7 @@ use std::path::PathBuf;
 
 const USAGE: &str =
     "usage: bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR] [--layouts N] [--epoch N]
-                    [--baseline LIB] [--slots N,N,...]
+                    [--smc-penalty N,N,...] [--baseline LIB] [--slots N,N,...]
 
 experiments:
   workloads  fetch and build the third-party workloads, time them natively
@@ -78,6 +78,10 @@ options:
                  at least 3)
   --epoch N      ephemeral: re-hook every N emulated instructions (default
                  100000; another value writes to results/ephemeral/epoch-N)
+  --smc-penalty LIST
+                 ephemeral: also rerun the ephemeral runs with each of these
+                 cycles per store into code, comma-separated (e.g. 0,100,1000;
+                 each 0..=100000), into results/ephemeral/smc
   --slots LIST   coproc: co-processor sizes, comma-separated (default
                  4,8,16,32,64; each 1..=4096)
   --baseline LIB threads: also run this build of libbreakdance.so (an earlier
@@ -92,6 +96,8 @@ pub struct Options {
     pub layouts: Option<usize>,
     /// `--epoch N` (ephemeral only).
     pub epoch: Option<u64>,
+    /// `--smc-penalty LIST` (ephemeral only).
+    pub smc_penalties: Option<Vec<u32>>,
     /// `--baseline LIB` (threads only).
     pub baseline: Option<PathBuf>,
     /// `--slots LIST` (coproc only).
@@ -106,6 +112,7 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
         results: PathBuf::from("results"),
         layouts: None,
         epoch: None,
+        smc_penalties: None,
         baseline: None,
         slots: None,
     };
@@ -130,6 +137,26 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
                     format!("--epoch needs a positive whole number of instructions, got '{v}'")
                 })?;
                 opts.epoch = Some(n);
+            }
+            "--smc-penalty" => {
+                let v = it.next().context(
+                    "option --smc-penalty needs a comma-separated list of cycles per store into code",
+                )?;
+                let mut n: Vec<u32> = v
+                    .split(',')
+                    .map(|x| x.parse().ok().filter(|n| *n <= 100_000))
+                    .collect::<Option<_>>()
+                    .with_context(|| {
+                        format!(
+                            "--smc-penalty needs cycles per store into code from 0 to 100000, \
+                             comma-separated, got '{v}'"
+                        )
+                    })?;
+                // A set, in order: the findings compare the lowest and
+                // the highest.
+                n.sort_unstable();
+                n.dedup();
+                opts.smc_penalties = Some(n);
             }
             "--slots" => {
                 let v = it
@@ -205,6 +232,7 @@ fn ephemeral_experiment(opts: &Options) -> Result<usize> {
         },
         epoch: opts.epoch.unwrap_or(ephemeral::DEFAULT_EPOCH),
         timing: brr::timing::Config::default(),
+        smc_penalties: opts.smc_penalties.clone().unwrap_or_default(),
     };
     let results = ephemeral::measure(&plan)?;
     // A non-default epoch goes to a subdirectory, beside the default run.
@@ -214,6 +242,11 @@ fn ephemeral_experiment(opts: &Options) -> Result<usize> {
     }
     ephemeral::write(&plan, &results, &out, opts.quick)?;
     eprintln!("[ephemeral] results in {}", out.display());
+    if !plan.smc_penalties.is_empty() {
+        let smc = out.join("smc");
+        ephemeral::smc::write(&plan, &results, &smc, opts.quick)?;
+        eprintln!("[ephemeral] smc_penalty sweep in {}", smc.display());
+    }
     Ok(0)
 }
 
