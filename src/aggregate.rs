@@ -14,6 +14,7 @@ use std::collections::HashMap as StdHashMap;
 pub type HashMap<K, V> = StdHashMap<K, V, ahash::RandomState>;
 
 use crate::buffer::{BranchEntry, BufferPool, TraceBuffer};
+use crate::unwind::DwarfUnwinder;
 
 /// Distinct traces kept for perf.script; past it, traces still count in
 /// ranges and branches, and `trace_table_full` says how many were left out
@@ -111,9 +112,16 @@ impl Aggregate {
         }
     }
 
-    pub fn add_buffer(&mut self, buffer: &TraceBuffer) {
+    /// Adds a buffer's traces; stack snapshots (`unwind=dwarf`) become
+    /// call stacks of at most `depth` frames through `unwinder`.
+    pub fn add_buffer(&mut self, buffer: &TraceBuffer, unwinder: &mut DwarfUnwinder, depth: usize) {
         for (entries, _end, stack) in buffer.traces() {
-            self.add_trace_with_stack(entries, stack);
+            if stack.first() == Some(&crate::emulate::stack::SNAPSHOT) {
+                let frames = unwinder.frames(stack, depth);
+                self.add_trace_with_stack(entries, &frames);
+            } else {
+                self.add_trace_with_stack(entries, stack);
+            }
         }
     }
 
@@ -140,12 +148,18 @@ impl Aggregate {
     }
 }
 
-/// Drains full buffers into `agg` and hands them back to the free queue.
-/// Returns how many buffers it took (the worker sleeps when none).
-pub fn drain(pool: &BufferPool, agg: &mut Aggregate) -> usize {
+/// Drains full buffers into `agg` (stack snapshots unwound by `unwinder`,
+/// at most `depth` frames) and hands them back to the free queue. Returns
+/// how many buffers it took (the worker sleeps when none).
+pub fn drain(
+    pool: &BufferPool,
+    agg: &mut Aggregate,
+    unwinder: &mut DwarfUnwinder,
+    depth: usize,
+) -> usize {
     let mut n = 0;
     while let Some(mut buffer) = pool.full.pop() {
-        agg.add_buffer(&buffer);
+        agg.add_buffer(&buffer, unwinder, depth);
         buffer.clear();
         // The pool made this buffer, so there is room for it.
         let _ = pool.free.push(buffer);
@@ -209,7 +223,7 @@ mod tests {
         b.close_trace(TraceEnd::Complete);
         pool.full.push(b).ok().unwrap();
         let mut agg = Aggregate::default();
-        assert_eq!(drain(&pool, &mut agg), 1);
+        assert_eq!(drain(&pool, &mut agg, &mut DwarfUnwinder::default(), 0), 1);
         assert_eq!(agg.traces_seen, 1);
         assert_eq!(pool.free.len(), 1);
         assert!(pool.free.pop().unwrap().is_empty());

@@ -17,10 +17,11 @@ use crossbeam_queue::ArrayQueue;
 pub const BUFFER_ENTRIES: usize = 16_384;
 /// Trace records per buffer.
 pub const BUFFER_TRACES: usize = 4_096;
-/// Call-stack frames per buffer (`callstack`): 16384 × 8 bytes = 128 KiB,
+/// Call-stack words per buffer (`callstack`): 65536 × 8 bytes = 512 KiB
+/// (frames, or 63 stack snapshots with `unwind=dwarf`),
 /// zeroed by the allocator and never touched without call stacks, so
 /// they cost no resident memory then.
-pub const BUFFER_FRAMES: usize = 16_384;
+pub const BUFFER_FRAMES: usize = 65_536;
 /// Buffers made in all, for the life of the process (about 320 KiB each, so
 /// at most 320 MiB). A thread takes one at its first sample; the worker
 /// keeps a few spare plus the recent demand (`top_up`); samples that find

@@ -38,6 +38,7 @@ pub mod panic;
 pub mod sync;
 pub mod sys;
 pub mod trace;
+pub mod unwind;
 
 /// Writes `msg` to stderr and aborts: the library must not unwind into its
 /// host.

@@ -32,6 +32,8 @@ const MAX_RUNS: usize = 8;
 /// Stacks of each known chain wanted (measured: 280 to 1,000 of each in
 /// one run of about 2,400 traces on a 2-core Xeon).
 const MIN_PER_CHAIN: u64 = 30;
+/// The record options of the frame-pointer tests.
+const G: [&str; 1] = ["-g"];
 /// callchains.c's SIGPROF handler (with -DWITH_SIGNAL).
 const SIGNAL_HANDLER: &str = "on_prof";
 const FLAGS: [&str; 5] = [
@@ -188,25 +190,26 @@ fn each_seen<'a>(chains: &'a [Vec<&'a str>]) -> impl Fn(&Chains) -> bool + 'a {
 /// most `MAX_RUNS` runs, each checked); returns the last recording.
 fn record_chains(
     tracer: &Tracer,
-    dir: &Scratch,
     binary: &Path,
     ours: &[&str],
     enough: &dyn Fn(&Chains) -> bool,
     envs: &[(&str, &std::ffi::OsStr)],
+    options: &[&str],
+    iterations: &str,
 ) -> Recording {
-    let native = run_native(binary, &[ITERATIONS], envs);
+    let native = run_native(binary, &[iterations], envs);
     assert!(native.status.success(), "{native:?}");
     let mut seen = Chains::new();
     let mut last = None;
     for run in 0..MAX_RUNS {
-        let out = dir.path(&format!("out{run}"));
+        let out = binary.with_file_name(format!("out{run}"));
         let profiled = record_with(
             tracer,
             &out,
             PERIOD_NS,
-            &["-g"],
+            options,
             binary,
-            &[ITERATIONS],
+            &[iterations],
             envs,
         );
         assert_same_behaviour("callchains -g", &native, &profiled);
@@ -238,16 +241,46 @@ fn stacks_follow_the_calls_the_program_made() {
     let chains = known_chains();
     let rec = record_chains(
         &tracer,
-        &dir,
         &binary,
         &["callchains"],
         &each_seen(&chains),
         &[],
+        &G,
+        ITERATIONS,
     );
     check_report_paths(&tracer, &rec.dir);
     if let Some(profgen) = tool("llvm-profgen-19") {
         check_profgen_contexts(&profgen, &rec.dir, &binary, &dir.path("cs.prof"));
     }
+}
+
+/// The same chains in a build without frame pointers, unwound by the
+/// worker with the program's CFI (`--unwind dwarf`): the frame-pointer
+/// walk loses the callers there (see `check_names_a_build_without_frame_pointers`).
+#[test]
+fn dwarf_unwinding_needs_no_frame_pointers() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("callstack-dwarf");
+    let flags = [
+        "-O2",
+        "-g",
+        "-fomit-frame-pointer",
+        "-fno-optimize-sibling-calls",
+    ];
+    let binary = build(&clang, &dir.0, "callchains", &["callchains.c"], &flags);
+    let chains = known_chains();
+    record_chains(
+        &tracer,
+        &binary,
+        &["callchains"],
+        &each_seen(&chains),
+        &[],
+        &["-g", "--unwind", "dwarf"],
+        ITERATIONS,
+    );
 }
 
 /// A chain through a shared library (built with frame pointers), back
@@ -270,11 +303,12 @@ fn stacks_cross_a_shared_library() {
     let chains = vec![vec!["leaf_c", "lib_mid", "outer_lib", "main"]];
     record_chains(
         &tracer,
-        &dir,
         &binary,
         &["callchains", "libchain.so"],
         &each_seen(&chains),
         &envs,
+        &G,
+        ITERATIONS,
     );
 }
 
@@ -298,13 +332,18 @@ fn stacks_go_through_a_signal_frame() {
             .sum();
         n >= MIN_PER_CHAIN
     };
+    // Fewer iterations: a SIGPROF handler that loops for a third of a
+    // millisecond makes emulate mode slow (most checkpoints are left
+    // unreached while the handler runs), and a tenth of the work gives
+    // enough stacks through it.
     record_chains(
         &tracer,
-        &dir,
         &binary,
         &["callchains"],
         &through_handler,
         &[],
+        &G,
+        "20000",
     );
 }
 

@@ -18,6 +18,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("decode", 2),
     ("emulate", 2),
     ("trace", 3),
+    ("unwind", 3),
     ("aggregate", 4),
     ("output", 4),
     ("control", 5),

@@ -144,6 +144,7 @@ fn handlers_allocate_nothing_while_real_signals_fire() {
         ("emulate", ""),
         ("verify", ""),
         ("emulate", "callstack=128"),
+        ("emulate", "callstack=128 unwind=dwarf"),
     ] {
         assert_eq!(
             allocations_in(mode, more),

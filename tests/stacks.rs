@@ -15,7 +15,14 @@ use common::*;
 /// beyond the kernel's signal frame (AT_MINSIGSTKSZ).
 const HANDLER_STACK_BUDGET: u64 = 4096;
 
-const MODES: [&str; 3] = ["paper", "emulate", "verify"];
+/// Each look-ahead mode, and emulate with call stacks taken each way.
+const MODES: [(&str, &[&str]); 5] = [
+    ("paper", &["--lookahead", "paper"]),
+    ("emulate", &["--lookahead", "emulate"]),
+    ("verify", &["--lookahead", "verify"]),
+    ("emulate -g", &["-g"]),
+    ("emulate -g dwarf", &["-g", "--unwind", "dwarf"]),
+];
 
 /// Rounds of work per thread: about 0.15 s of CPU each here, so that a
 /// 200 µs period takes hundreds of samples in each thread.
@@ -67,14 +74,15 @@ fn small_stacks_in_every_mode_and_the_handler_stack_budget() {
     assert!(native.status.success(), "native run failed: {native:?}");
     let (native_high, min_sigstack) = stack_report(&native_report);
     assert!(min_sigstack > 0, "the kernel gives no AT_MINSIGSTKSZ");
-    for mode in MODES {
-        let out = scratch.path(&format!("out-{mode}"));
-        let report = scratch.path(&format!("{mode}.stack"));
+    for (mode, options) in MODES {
+        let tag = mode.replace(' ', "-");
+        let out = scratch.path(&format!("out-{tag}"));
+        let report = scratch.path(&format!("{tag}.stack"));
         let profiled = record_with(
             &tracer,
             &out,
             200_000,
-            &["--lookahead", mode],
+            options,
             &program,
             &[ROUNDS],
             &[("STACK_REPORT", report.as_os_str())],

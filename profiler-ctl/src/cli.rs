@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use breakdance_protocol::{
-    Event, Lookahead, OptionError, SessionOptions, StopOptions, DEFAULT_BRANCH_PERIOD,
+    Event, Lookahead, OptionError, SessionOptions, StopOptions, Unwind, DEFAULT_BRANCH_PERIOD,
     DEFAULT_CALLSTACK, DEFAULT_CLOCK_PERIOD_NS, DEFAULT_EMULATE_LBR, DEFAULT_LBR, DEFAULT_OUTPUT,
     DEFAULT_TIMEOUT_SECS, MAX_CALLSTACK, MAX_LBR,
 };
@@ -201,6 +201,17 @@ pub struct SessionArgs {
     )]
     pub stack_depth: Option<u32>,
     #[arg(
+        long,
+        value_name = "HOW",
+        requires = "call_graph",
+        value_parser = unwind,
+        help = "with -g, how the frames the trace did not see called are found: fp (the \
+                frame-pointer chain, in the handler) or dwarf (8 KiB of stack copied in the \
+                handler, unwound by the worker with the modules' .eh_frame: for code built \
+                without frame pointers) [default: fp]"
+    )]
+    pub unwind: Option<Unwind>,
+    #[arg(
         short,
         long,
         value_name = "DIR",
@@ -229,8 +240,17 @@ impl SessionArgs {
             callstack: self
                 .call_graph
                 .then(|| self.stack_depth.unwrap_or(DEFAULT_CALLSTACK)),
+            unwind: self.unwind,
         }
     }
+}
+
+/// An unwinding method by name.
+fn unwind(value: &str) -> Result<Unwind, String> {
+    let mut o = SessionOptions::default();
+    o.set("unwind", value)
+        .map_err(|_| "known: fp, dwarf".to_string())?;
+    Ok(o.unwind.unwrap_or_default())
 }
 
 /// A look-ahead mode by name; a retired one is refused with the reason.

@@ -137,7 +137,14 @@ pub fn render(
         "  traces: {} completed of {} started; {} branches written; {} samples",
         c.traces_completed, c.traces_started, summary.entries_written, c.samples
     );
-    if config.callstack > 0 {
+    if config.callstack > 0 && config.unwind == breakdance_protocol::Unwind::Dwarf {
+        let _ = writeln!(
+            out,
+            "  call stacks: {} stack copies taken, unwound with DWARF CFI (at most {} frames), \
+             {} traces without one (ended early)",
+            c.callstacks, config.callstack, c.callstacks_missing
+        );
+    } else if config.callstack > 0 {
         let mean = c.callstack_frames as f64 / c.callstacks.max(1) as f64;
         let _ = writeln!(
             out,
@@ -346,6 +353,7 @@ mod tests {
                 lbr: 32,
                 lookahead: Lookahead::Paper,
                 callstack: 0,
+                unwind: breakdance_protocol::Unwind::Fp,
             },
             duration_ns: 2_000_000_000,
             threads: 1,

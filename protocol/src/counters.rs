@@ -149,7 +149,8 @@ macro_rules! for_each_counter {
             /// `callstack`: traces written with the call stack taken at
             /// their newest branch.
             callstacks: Count,
-            /// `callstack`: frames in those stacks, leaves included.
+            /// `callstack`: frames in those stacks, leaves included
+            /// (`unwind=fp`; with `unwind=dwarf` the worker unwinds).
             callstack_frames: Count,
             /// `callstack`: stacks cut at the depth asked for (their
             /// frames go on beyond it).

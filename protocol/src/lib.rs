@@ -33,7 +33,7 @@ pub mod user;
 pub use control::{Request, RequestError, StatusReply};
 pub use counters::{AbortReason, Aborts, CounterKind, Counters, Drops, Host};
 pub use options::{
-    Event, Lookahead, OptionError, SessionOptions, StopOptions, DEFAULT_BRANCH_PERIOD,
+    Event, Lookahead, OptionError, SessionOptions, StopOptions, Unwind, DEFAULT_BRANCH_PERIOD,
     DEFAULT_CALLSTACK, DEFAULT_CLOCK_PERIOD_NS, DEFAULT_EMULATE_LBR, DEFAULT_LBR, DEFAULT_OUTPUT,
     DEFAULT_TIMEOUT_SECS, ENV_VARIABLES, LIBRARY_FILE, MAX_CALLSTACK, MAX_LBR, PERF_SCRIPT_FILE,
     SUMMARY_FILE,

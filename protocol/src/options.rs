@@ -46,7 +46,7 @@ pub const PERF_SCRIPT_FILE: &str = "perf.script";
 
 /// Every variable the library reads at load time. A launcher sets or clears
 /// all of them, so values left in its environment do not mix with its own.
-pub const ENV_VARIABLES: [&str; 11] = [
+pub const ENV_VARIABLES: [&str; 12] = [
     "BREAKDANCE_AUTOSTART",
     "BREAKDANCE_EVENT",
     "BREAKDANCE_PERIOD",
@@ -58,10 +58,11 @@ pub const ENV_VARIABLES: [&str; 11] = [
     "BREAKDANCE_LOOKAHEAD",
     "BREAKDANCE_FORCE_DIR",
     "BREAKDANCE_CALLSTACK",
+    "BREAKDANCE_UNWIND",
 ];
 
 /// The session options and the variable each is read from at autostart.
-const OPTION_VARIABLES: [(&str, &str); 8] = [
+const OPTION_VARIABLES: [(&str, &str); 9] = [
     ("event", "BREAKDANCE_EVENT"),
     ("period", "BREAKDANCE_PERIOD"),
     ("freq", "BREAKDANCE_FREQ"),
@@ -70,6 +71,7 @@ const OPTION_VARIABLES: [(&str, &str); 8] = [
     ("lookahead", "BREAKDANCE_LOOKAHEAD"),
     ("force_dir", "BREAKDANCE_FORCE_DIR"),
     ("callstack", "BREAKDANCE_CALLSTACK"),
+    ("unwind", "BREAKDANCE_UNWIND"),
 ];
 
 /// The sampling event that picks trace starts.
@@ -224,8 +226,10 @@ pub enum OptionError {
     CallstackRange(String),
     #[error("callstack needs lookahead emulate: the call stack is taken from the emulated state at the trace's newest branch")]
     CallstackMode,
+    #[error("unwind must be fp or dwarf, got '{0}'")]
+    Unwind(String),
     #[error(
-        "unknown option '{0}' (known: event, period, freq, lbr, out, lookahead, force_dir, callstack)"
+        "unknown option '{0}' (known: event, period, freq, lbr, out, lookahead, force_dir, callstack, unwind)"
     )]
     UnknownOption(String),
     #[error("lookahead must be paper, emulate or verify, got '{0}'")]
@@ -256,6 +260,30 @@ pub struct SessionOptions {
     /// Take the call stack at each trace's newest branch, at most this
     /// many frames (leaf included); 0 or `None`: no call stacks.
     pub callstack: Option<u32>,
+    /// How the frames older than the trace's own calls are found.
+    pub unwind: Option<Unwind>,
+}
+
+/// How `callstack` finds the frames the trace did not see called.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum Unwind {
+    /// The frame-pointer chain, in the handler.
+    #[default]
+    Fp,
+    /// A copy of the stack's top in the handler, unwound by the worker
+    /// with the modules' DWARF CFI (.eh_frame).
+    Dwarf,
+}
+
+impl Unwind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Unwind::Fp => "fp",
+            Unwind::Dwarf => "dwarf",
+        }
+    }
 }
 
 fn positive(what: &'static str, v: &str) -> Result<u64, OptionError> {
@@ -288,6 +316,13 @@ impl SessionOptions {
                 self.lbr = Some(n);
             }
             "out" => self.output = Some(PathBuf::from(value)),
+            "unwind" => {
+                self.unwind = Some(match value {
+                    "fp" => Unwind::Fp,
+                    "dwarf" => Unwind::Dwarf,
+                    _ => return Err(OptionError::Unwind(value.to_string())),
+                })
+            }
             "callstack" => {
                 let n = value
                     .trim()
@@ -346,6 +381,9 @@ impl SessionOptions {
         }
         if let Some(n) = self.callstack {
             pairs.push(("callstack", n.to_string()));
+        }
+        if let Some(u) = self.unwind {
+            pairs.push(("unwind", u.name().to_string()));
         }
         pairs
     }

@@ -60,6 +60,9 @@ pub struct SessionConfig {
     /// Frames per call stack (`callstack`); 0: none taken.
     #[serde(default)]
     pub callstack: u32,
+    /// How the call stacks were unwound.
+    #[serde(default)]
+    pub unwind: crate::options::Unwind,
 }
 
 impl Default for SessionConfig {
@@ -71,6 +74,7 @@ impl Default for SessionConfig {
             lbr: Lookahead::default().default_lbr(),
             lookahead: Lookahead::default(),
             callstack: 0,
+            unwind: crate::options::Unwind::Fp,
         }
     }
 }

@@ -62,6 +62,7 @@ pub struct Resolved {
     pub lookahead: breakdance_protocol::Lookahead,
     /// Frames per call stack; 0: none.
     pub callstack: usize,
+    pub unwind: breakdance_protocol::Unwind,
 }
 
 /// Picks the default event (a hardware branch event where a PMU exists,
@@ -104,6 +105,7 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
         force_dir: o.force_dir,
         lookahead,
         callstack,
+        unwind: o.unwind.unwrap_or_default(),
     })
 }
 

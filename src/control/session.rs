@@ -191,13 +191,15 @@ fn worker(
     threads::mark_own_thread();
     let _ = ready.send(());
     let mut agg = Aggregate::default();
+    let mut unwinder = crate::unwind::DwarfUnwinder::default();
     let mut seen: Vec<Module> = Vec::new();
     let mut last_look = sys::now_ns();
     let mut last_window = sys::now_ns();
     let mut requested = false;
     loop {
         let stopping = stop.load(Ordering::Acquire);
-        let drained = aggregate::drain(&tracer.pool, &mut agg);
+        let depth = tracer.callstack.load(Ordering::Relaxed);
+        let drained = aggregate::drain(&tracer.pool, &mut agg, &mut unwinder, depth);
         let loads = sys::loaded_object_changes();
         let look = sys::now_ns() - last_look > LOOK_EVERY_NS;
         if loads != last_loads || look || requested {
@@ -276,6 +278,10 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer
         .callstack
         .store(resolved.callstack, Ordering::Relaxed);
+    tracer.unwind_dwarf.store(
+        resolved.unwind == breakdance_protocol::Unwind::Dwarf,
+        Ordering::Relaxed,
+    );
     tracer
         .lookahead
         .store(resolved.lookahead as u8, Ordering::Relaxed);
@@ -460,6 +466,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
             lbr: r.lbr as u32,
             lookahead: r.lookahead,
             callstack: r.callstack as u32,
+            unwind: r.unwind,
         },
         duration_ns: sys::now_ns() - running.started_ns,
         threads: tracer.threads_registered.load(Ordering::Relaxed),

@@ -258,6 +258,21 @@ impl LiveMemory {
         Some((ov_value & bits(ov_mask)) | (real & !bits(ov_mask)))
     }
 
+    /// Writes the segment's stores over `words`, a copy of real memory
+    /// from the 8-byte-aligned `base` up (a stack snapshot).
+    pub fn overlay_onto(&self, base: u64, words: &mut [u64]) {
+        if base & 7 != 0 {
+            return;
+        }
+        let end = base.saturating_add(8 * words.len() as u64);
+        for s in &self.stores[..self.n_stores] {
+            if s.addr >= base && s.addr < end {
+                let w = &mut words[((s.addr - base) / 8) as usize];
+                *w = (s.value & bits(s.mask)) | (*w & !bits(s.mask));
+            }
+        }
+    }
+
     /// Stores the low `size` (1 to 8) bytes of `value` at `addr` into the
     /// overlay.
     pub fn store(&mut self, addr: u64, size: usize, value: u64) -> Result<(), AccessError> {

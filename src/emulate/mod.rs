@@ -133,6 +133,15 @@ impl SpecMemory {
         self.live.peek(&RealMemory, addr)
     }
 
+    /// Where the return address lies when the code at `pc` has no frame
+    /// set up (see `stack::unframed_return_slot`), rsp being `rsp`.
+    fn unframed_return_slot(&mut self, pc: u64, rsp: u64) -> Option<u64> {
+        self.exec_range(pc)?;
+        let mut code = [0u8; 3];
+        let n = self.exec.read_code(pc, &mut code);
+        stack::unframed_return_slot(&code[..n], rsp)
+    }
+
     /// Whether `ret` is a signal return trampoline (`stack::SIGRETURN`), in
     /// an executable mapping.
     fn is_sigreturn(&mut self, ret: u64) -> bool {
@@ -366,6 +375,8 @@ pub struct Emulator {
     /// Frames of call stack to take at the Nth branch (0: none; see
     /// [`stack`]).
     callstack_depth: usize,
+    /// Take stack snapshots instead of walking frame pointers.
+    snapshot_stacks: bool,
     /// The pass's calls not yet returned.
     shadow: Box<Shadow>,
     /// The stack taken at the Nth branch of the last pass.
@@ -405,6 +416,7 @@ impl Emulator {
             addr_of_mut!((*p).code).write(code);
             addr_of_mut!((*p).steps_run).write(0);
             addr_of_mut!((*p).callstack_depth).write(0);
+            addr_of_mut!((*p).snapshot_stacks).write(false);
             addr_of_mut!((*p).shadow).write(bytemuck::zeroed_box());
             addr_of_mut!((*p).stack).write(bytemuck::zeroed_box());
             addr_of_mut!((*p).predicted).write(INITIAL);
@@ -424,6 +436,7 @@ impl Emulator {
             code: _,
             steps_run: _,
             callstack_depth: _,
+            snapshot_stacks: _,
             shadow: _,
             stack: _,
             predicted: _,
@@ -436,9 +449,12 @@ impl Emulator {
         &mut self.cpu.regs
     }
 
-    /// Frames of call stack the next runs take at the Nth branch (0: none).
-    pub fn set_callstack_depth(&mut self, depth: usize) {
+    /// Frames of call stack the next runs take at the Nth branch (0: none),
+    /// or (`snapshot`) a copy of the stack for the worker's DWARF
+    /// unwinder.
+    pub fn set_callstack(&mut self, depth: usize, snapshot: bool) {
         self.callstack_depth = depth.min(stack::MAX_FRAMES);
+        self.snapshot_stacks = snapshot;
     }
 
     /// A new trace begins: its calls so far are not known.
@@ -461,6 +477,18 @@ impl Emulator {
         let st = &mut *self.stack;
         st.clear();
         st.taken = true;
+        if self.snapshot_stacks {
+            // The stack as the segment sees it at the Nth branch (its
+            // stores over real memory), unwound later by the worker.
+            let (rsp, rbp) = (self.cpu.regs.gpr[4], self.cpu.regs.gpr[5]);
+            let mem = &self.cpu.mem;
+            st.snapshot(leaf, rsp, rbp, |addr, words| {
+                let n = crate::sys::probe::read_own(addr, words);
+                mem.live.overlay_onto(addr, &mut words[..n]);
+                n
+            });
+            return;
+        }
         st.push(leaf, depth);
         let rsp = self.cpu.regs.gpr[4];
         // Frames of the chain count only above the last slot known; the
@@ -503,6 +531,19 @@ impl Emulator {
                     (floor, top) = (i_rsp, i_rsp.saturating_add(STACK_SPAN));
                     outer = i_rsp.saturating_sub(8);
                     rbp = i_rbp;
+                    // Interrupted where its frame is not set up (at its
+                    // entry, before `mov rbp, rsp`, or at its `ret`): rbp is
+                    // still, or again, the caller's, and the return address
+                    // lies at rsp.
+                    if let Some(slot) = mem.unframed_return_slot(i_rip, i_rsp) {
+                        let Some(ret) = mem.peek(slot) else {
+                            break;
+                        };
+                        if !mem.is_return_address(ret) || !st.push(ret, depth) {
+                            break;
+                        }
+                        outer = slot;
+                    }
                     continue;
                 }
                 if !mem.is_return_address(ret) || !st.push(ret, depth) {

@@ -38,6 +38,20 @@ use breakdance_protocol::MAX_CALLSTACK;
 
 /// Frames a stack may hold: the most `callstack=N` may ask for.
 pub const MAX_FRAMES: usize = MAX_CALLSTACK as usize;
+/// `unwind=dwarf`: qwords of stack copied from rsp up (8 KiB, as perf's
+/// default for DWARF call graphs), for the worker to unwind.
+pub const SNAPSHOT_WORDS: usize = 1024;
+/// A stack snapshot as the frame store holds it: [`SNAPSHOT`], the leaf
+/// pc, rsp, rbp, the number of stack words, the words.
+pub const SNAPSHOT_LEN: usize = 5 + SNAPSHOT_WORDS;
+/// First word of a stack snapshot: no frame has this address.
+pub const SNAPSHOT: u64 = u64::MAX;
+/// Words a [`CallStack`] holds: a stack of frames or a snapshot.
+const STACK_WORDS: usize = if SNAPSHOT_LEN > MAX_FRAMES {
+    SNAPSHOT_LEN
+} else {
+    MAX_FRAMES
+};
 /// Calls one pass remembers; a deeper nest of calls within one trace
 /// forgets its outermost (the frame-pointer walk finds them, where the
 /// code keeps frame pointers).
@@ -132,10 +146,10 @@ impl Shadow {
 }
 
 /// One stack: leaf first (the pc after the newest branch, then return
-/// addresses).
+/// addresses), or a stack snapshot (see [`SNAPSHOT_LEN`]).
 #[derive(bytemuck::Zeroable)]
 pub struct CallStack {
-    frames: [u64; MAX_FRAMES],
+    frames: [u64; STACK_WORDS],
     len: usize,
     /// The depth asked for was reached with frames still above.
     pub truncated: bool,
@@ -166,6 +180,40 @@ impl CallStack {
 
     pub fn frames(&self) -> &[u64] {
         &self.frames[..self.len]
+    }
+
+    /// Whether this is a stack snapshot for the worker to unwind.
+    pub fn is_snapshot(&self) -> bool {
+        self.len > 0 && self.frames[0] == SNAPSHOT
+    }
+
+    /// Writes a snapshot: the registers, then up to [`SNAPSHOT_WORDS`]
+    /// qwords of stack from rsp up, as many as `copy(rsp, words)` says it
+    /// wrote.
+    pub fn snapshot(
+        &mut self,
+        pc: u64,
+        rsp: u64,
+        rbp: u64,
+        copy: impl FnOnce(u64, &mut [u64]) -> usize,
+    ) {
+        self.frames[..4].copy_from_slice(&[SNAPSHOT, pc, rsp, rbp]);
+        let n = copy(rsp, &mut self.frames[5..5 + SNAPSHOT_WORDS]).min(SNAPSHOT_WORDS);
+        self.frames[4] = n as u64;
+        self.len = 5 + n;
+    }
+}
+
+/// For a pc interrupted by a signal: where its return address lies when
+/// the code at the pc (`code`, its first bytes) runs with no frame of its
+/// own, rsp being `rsp`: at a `push rbp` (a function's entry) or a `ret`,
+/// at rsp; at `mov rbp, rsp` (rbp pushed, not yet moved), above it. `None`
+/// elsewhere: the frame is set up and rbp is the function's own.
+pub fn unframed_return_slot(code: &[u8], rsp: u64) -> Option<u64> {
+    match code {
+        [0x55, ..] | [0xc3, ..] | [0xf3, 0xc3, ..] => Some(rsp),
+        [0x48, 0x89, 0xe5, ..] => Some(rsp + 8),
+        _ => None,
     }
 }
 
@@ -271,6 +319,21 @@ mod tests {
         assert_eq!(known.last().unwrap().0, 10);
         s.returned(0x10_0000 + 8);
         assert_eq!(s.innermost_first().count(), 0);
+    }
+
+    #[test]
+    fn unframed_code_has_its_return_address_at_rsp() {
+        assert_eq!(
+            unframed_return_slot(&[0x55, 0x48, 0x89], 0x1000),
+            Some(0x1000)
+        );
+        assert_eq!(
+            unframed_return_slot(&[0x48, 0x89, 0xe5], 0x1000),
+            Some(0x1008)
+        );
+        assert_eq!(unframed_return_slot(&[0xc3], 0x1000), Some(0x1000));
+        assert_eq!(unframed_return_slot(&[0x48, 0x8b, 0x45], 0x1000), None);
+        assert_eq!(unframed_return_slot(&[], 0x1000), None);
     }
 
     #[test]

@@ -32,6 +32,32 @@ pub unsafe fn syscall4(nr: i64, a1: u64, a2: u64, a3: u64, a4: u64) -> i64 {
     unsafe { syscall5(nr, a1, a2, a3, a4, 0) }
 }
 
+/// Raw syscall with six arguments: the result, or -errno.
+///
+/// # Safety
+/// The caller upholds the syscall's own contract for its arguments.
+#[inline(always)]
+pub unsafe fn syscall6(nr: i64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64, a6: u64) -> i64 {
+    let ret: i64;
+    // SAFETY: as syscall5, with r9 the sixth argument.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a1,
+            in("rsi") a2,
+            in("rdx") a3,
+            in("r10") a4,
+            in("r8") a5,
+            in("r9") a6,
+            out("rcx") _,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
 /// Raw syscall with five arguments: the result, or -errno.
 ///
 /// # Safety

@@ -215,7 +215,12 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
         return;
     }
     let wanted = lbr - committed;
-    emu.set_callstack_depth(tracer.callstack.load(std::sync::atomic::Ordering::Relaxed));
+    emu.set_callstack(
+        tracer.callstack.load(std::sync::atomic::Ordering::Relaxed),
+        tracer
+            .unwind_dwarf
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     // Before the first push: whatever happens to this handler, the entries
     // after `committed` are not the trace's until validated.
     t.committed = Some(committed);

@@ -64,7 +64,7 @@ pub(super) fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace,
 pub(super) fn make_room(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
     let c = &slot.counters;
     let lbr = tracer.lbr.load(Ordering::Relaxed);
-    let frames = tracer.callstack.load(Ordering::Relaxed);
+    let frames = tracer.stack_words();
     let needs_swap = t.buffer.as_ref().is_some_and(|b| !b.has_room(lbr, frames));
     if needs_swap {
         if let Some(full) = t.buffer.take() {
@@ -110,7 +110,9 @@ pub(super) fn close_open_trace(t: &mut ThreadTrace, c: &Counters, end: TraceEnd)
                 match stack.filter(|_| stacked) {
                     Some(s) => {
                         Counters::bump(&c.callstacks);
-                        Counters::add(&c.callstack_frames, s.frames().len() as u64);
+                        if !s.is_snapshot() {
+                            Counters::add(&c.callstack_frames, s.frames().len() as u64);
+                        }
                         if s.truncated {
                             Counters::bump(&c.callstacks_truncated);
                         }

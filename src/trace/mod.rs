@@ -417,6 +417,9 @@ pub struct Tracer {
     pub lookahead: AtomicU8,
     /// Frames per call stack of the running session (0: none).
     pub callstack: AtomicUsize,
+    /// Call stacks are stack snapshots for the worker's DWARF unwinder
+    /// (`unwind=dwarf`), not frame-pointer walks.
+    pub unwind_dwarf: AtomicBool,
     /// Sessions accept new threads only while this is set.
     pub running: AtomicBool,
     /// Counters of threads retired during the session.
@@ -452,6 +455,7 @@ pub fn tracer_or_init() -> &'static Tracer {
         lbr: AtomicUsize::new(32),
         lookahead: AtomicU8::new(Lookahead::Emulate as u8),
         callstack: AtomicUsize::new(0),
+        unwind_dwarf: AtomicBool::new(false),
         running: AtomicBool::new(false),
         retired: Counters::default(),
         table_full: Default::default(),
@@ -463,6 +467,17 @@ pub fn tracer_or_init() -> &'static Tracer {
 }
 
 impl Tracer {
+    /// Words of the buffer's frame store one trace's call stack may take:
+    /// the depth asked for, or a stack snapshot (0 without call stacks).
+    /// Async-signal-safe.
+    pub fn stack_words(&self) -> usize {
+        match self.callstack.load(Ordering::Relaxed) {
+            0 => 0,
+            _ if self.unwind_dwarf.load(Ordering::Relaxed) => crate::emulate::stack::SNAPSHOT_LEN,
+            depth => depth,
+        }
+    }
+
     /// Async-signal-safe.
     pub fn lookahead(&self) -> Lookahead {
         match self.lookahead.load(Ordering::Relaxed) {

@@ -13,7 +13,8 @@
  * spin_nofp is assembly that keeps no frame pointer and uses rbp as a
  * counter: a stack taken inside it is right only if the unwinder does not
  * trust rbp there. Its loop takes about 24 branches per call, so a
- * 128-branch trace that ends inside it holds the call into it.
+ * 128-branch trace that ends inside it holds the call into it. Its CFI
+ * directives let a DWARF unwinder (unwind=dwarf) step over it too.
  *
  * Usage: callchains [ITERATIONS]; prints a checksum. */
 #include <stdio.h>
@@ -29,7 +30,10 @@ __asm__(".text\n"
         ".globl spin_nofp\n"
         ".type spin_nofp, @function\n"
         "spin_nofp:\n"
+        "  .cfi_startproc\n"
         "  push %rbp\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  .cfi_offset %rbp, -16\n"
         "  mov %rdi, %rbp\n"
         "  xor %eax, %eax\n"
         "1:\n"
@@ -41,7 +45,9 @@ __asm__(".text\n"
         "  dec %rbp\n"
         "  jnz 1b\n"
         "  pop %rbp\n"
+        "  .cfi_adjust_cfa_offset -8\n"
         "  ret\n"
+        "  .cfi_endproc\n"
         ".size spin_nofp, .-spin_nofp\n");
 
 __attribute__((noinline)) unsigned leaf_c(unsigned x, int n) {
