@@ -40,6 +40,18 @@ const VARIANTS: [&str; 6] = [
     "instrumented PGO",
 ];
 
+/// A variant built from one recording's profile: (its index in
+/// `VARIANTS`, the recording's perf.script, whether the recording and the
+/// build are of the pseudo-probe binary, the profile's name, llvm-profgen's
+/// options).
+type ProfiledVariant<'a> = (
+    usize,
+    &'a Option<Result<PathBuf>>,
+    bool,
+    &'a str,
+    &'a [&'a str],
+);
+
 /// One set of training recordings.
 struct Training<'a> {
     name: &'a str,
@@ -166,42 +178,34 @@ pub fn run(opts: &Options) -> Result<usize> {
                 .map(|p| p.to_path_buf())
                 .map_err(|e| anyhow::anyhow!("{e:#}"))
         };
-        step(VARIANTS[1], &mut || {
-            let prof = profgen(
-                &script_of(&plain)?,
-                &base_bin()?,
-                &dir.join("afdo-record.prof"),
-                &[],
-            )?;
-            use_profile(&ws, &w, "cs-afdo-record", &prof, &fp)
-        });
-        step(VARIANTS[2], &mut || {
-            let prof = profgen(
-                &script_of(&with_g)?,
-                &base_bin()?,
-                &dir.join("afdo-record-g.prof"),
+        let profiled: [ProfiledVariant; 4] = [
+            (1, &plain, false, "afdo-record", &[]),
+            (
+                2,
+                &with_g,
+                false,
+                "afdo-record-g",
                 &["--ignore-stack-samples"],
-            )?;
-            use_profile(&ws, &w, "cs-afdo-record-g", &prof, &fp)
-        });
-        step(VARIANTS[3], &mut || {
-            let prof = profgen(
-                &script_of(&with_g)?,
-                &base_bin()?,
-                &dir.join("csspgo.prof"),
-                &[],
-            )?;
-            use_profile(&ws, &w, "cs-csspgo", &prof, &fp)
-        });
-        step(VARIANTS[4], &mut || {
-            let prof = profgen(
-                &script_of(&probes_g)?,
-                &probed_bin()?,
-                &dir.join("csspgo-probes.prof"),
-                &[],
-            )?;
-            use_profile(&ws, &w, "cs-csspgo-probes", &prof, &fp_probes)
-        });
+            ),
+            (3, &with_g, false, "csspgo", &[]),
+            (4, &probes_g, true, "csspgo-probes", &[]),
+        ];
+        for (variant, script, on_probed, name, extra) in profiled {
+            step(VARIANTS[variant], &mut || {
+                let (binary, flags) = if on_probed {
+                    (probed_bin()?, &fp_probes)
+                } else {
+                    (base_bin()?, &fp)
+                };
+                let prof = profgen(
+                    &script_of(script)?,
+                    &binary,
+                    &dir.join(format!("{name}.prof")),
+                    extra,
+                )?;
+                use_profile(&ws, &w, &format!("cs-{name}"), &prof, flags)
+            });
+        }
         step(VARIANTS[5], &mut || {
             instrumented_pgo_with(&ws, &w, &dir, &fp, "-fp")
         });

@@ -64,24 +64,8 @@ pub unsafe fn syscall6(nr: i64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64, a6:
 /// The caller upholds the syscall's own contract for its arguments.
 #[inline(always)]
 pub unsafe fn syscall5(nr: i64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64) -> i64 {
-    let ret: i64;
-    // SAFETY: the syscall instruction clobbers rcx and r11 only; memory
-    // effects are the syscall's, which the caller vouches for.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr => ret,
-            in("rdi") a1,
-            in("rsi") a2,
-            in("rdx") a3,
-            in("r10") a4,
-            in("r8") a5,
-            out("rcx") _,
-            out("r11") _,
-            options(nostack),
-        );
-    }
-    ret
+    // SAFETY: forwarded contract; a syscall of five arguments ignores r9.
+    unsafe { syscall6(nr, a1, a2, a3, a4, a5, 0) }
 }
 
 /// The time-stamp counter: the handlers' clock (constant-rate on the
