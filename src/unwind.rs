@@ -84,7 +84,20 @@ impl DwarfUnwinder {
         if text == self.last_maps {
             return;
         }
-        for m in modules::modules_from_maps(&modules::parse_maps(&text)) {
+        // Only the files with an executable mapping not known yet are
+        // read (each module's ELF is parsed to make it).
+        let maps = modules::parse_maps(&text);
+        let unknown: Vec<&str> = maps
+            .iter()
+            .filter(|m| m.is_exec() && !self.knows(m.start))
+            .map(|m| m.path.as_str())
+            .collect();
+        let wanted: Vec<modules::Mapping> = maps
+            .iter()
+            .filter(|m| unknown.contains(&m.path.as_str()))
+            .cloned()
+            .collect();
+        for m in modules::modules_from_maps(&wanted) {
             let (Some(start), Some(end)) = (
                 m.exec.iter().map(|e| e.start).min(),
                 m.exec.iter().map(|e| e.end).max(),

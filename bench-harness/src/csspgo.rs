@@ -11,7 +11,7 @@
 //! Also measured from the same training runs: what `-g` adds to the
 //! handlers per trace, and the depth of the stacks.
 
-use crate::fdo::{instrumented_pgo_with, time_variants, write, VariantTimes};
+use crate::fdo::{instrumented_pgo_with, rebuilt_kinds, time_variants, write, VariantTimes};
 use crate::profiler::{Summary, Tracer};
 use crate::report::{fmt, Report, Table};
 use crate::runner::{self, Cmd};
@@ -76,11 +76,7 @@ pub fn run(opts: &Options) -> Result<usize> {
         TRAIN_RUNS
     };
     let tracer = Tracer::locate();
-    let kinds: Vec<_> = workloads::kinds(opts.quick)
-        .into_iter()
-        .filter(|k| k.source_built())
-        .filter(|k| !opts.quick || *k == workloads::Kind::Bzip2)
-        .collect();
+    let kinds = rebuilt_kinds(opts.quick);
     let mut results: Vec<(String, VariantTimes)> = Vec::new();
     let mut cost = Table::new(&[
         "workload",

@@ -87,12 +87,7 @@ pub fn run(opts: &Options) -> Result<usize> {
         TRAIN_RUNS
     };
     let tracer = Tracer::locate();
-    // Quick mode times the one workload that builds in seconds.
-    let kinds: Vec<_> = workloads::kinds(opts.quick)
-        .into_iter()
-        .filter(|k| k.source_built())
-        .filter(|k| !opts.quick || *k == workloads::Kind::Bzip2)
-        .collect();
+    let kinds = rebuilt_kinds(opts.quick);
     let mut results: Vec<(String, VariantTimes)> = Vec::new();
     for kind in kinds {
         let name = kind.name();
@@ -172,6 +167,16 @@ pub fn run(opts: &Options) -> Result<usize> {
     ));
     write(&mut rep, &results, &VARIANTS, "Figure 7")?;
     rep.finish()
+}
+
+/// The workloads an experiment rebuilds with profiles: the source-built
+/// ones; quick mode times the one that builds in seconds.
+pub(crate) fn rebuilt_kinds(quick: bool) -> Vec<workloads::Kind> {
+    workloads::kinds(quick)
+        .into_iter()
+        .filter(|k| k.source_built())
+        .filter(|k| !quick || *k == workloads::Kind::Bzip2)
+        .collect()
 }
 
 /// Profiled training runs on the baseline binary, recorded as `training`
