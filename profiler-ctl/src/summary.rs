@@ -167,11 +167,12 @@ pub fn render(
         let _ = writeln!(
             out,
             "  look-ahead: {} breakpoints{per_trace}; {} segments emulated, {} proven without \
-             a checkpoint; {} checkpoints, {mismatched} mismatched, {} unreached; {} \
-             instructions left to the CPU",
+             a checkpoint, {} with a proven tail; {} checkpoints, {mismatched} mismatched, {} \
+             unreached; {} instructions left to the CPU",
             c.breakpoints,
             c.segments,
             c.segments_proven,
+            c.proven_tails,
             c.checkpoints,
             c.checkpoint_unreached,
             c.step_overs

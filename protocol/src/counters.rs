@@ -112,9 +112,15 @@ macro_rules! for_each_counter {
             /// memory no other thread can change (see `emulate::Segment::proven`), so
             /// exact with no checkpoint.
             segments_proven: Count,
-            /// Emulate mode: taken branches of proven segments (with
-            /// `validated_entries`, all of `entries_recorded` in that mode).
+            /// Emulate mode: taken branches of proven segments and proven
+            /// tails (with `validated_entries`, all of `entries_recorded` in
+            /// that mode).
             proven_entries: Count,
+            /// Emulate mode: segments validated at a checkpoint before their
+            /// last entries, a tail that read only memory no other thread
+            /// can change (see `emulate::Segment::tail_entries`): one stop
+            /// for a loop however many times it goes round.
+            proven_tails: Count,
             /// Emulate mode: checkpoints reached and compared.
             checkpoints: Count,
             /// Emulate mode: breakpoint hits at a checkpoint's address before

@@ -27,6 +27,9 @@ pub const OVERLAY_ENTRIES: usize = 256;
 /// Hash slots of each index (a power of two, at least twice the entries).
 const LOAD_SLOTS: usize = 1024;
 const OVERLAY_SLOTS: usize = 512;
+/// Stored qwords a proven tail may change after the seal (see
+/// [`LiveMemory::seal`]); one more ends the tail.
+pub const UNDO_ENTRIES: usize = 64;
 
 /// Reads real memory. The handler's implementation is the fault-safe load;
 /// tests use a table.
@@ -67,6 +70,16 @@ struct Stored {
     addr: u64,
     value: u64,
     /// Bytes the segment stored.
+    mask: u8,
+    /// Its value at the seal is in the undo log.
+    saved: bool,
+}
+
+/// A stored qword as it was at the seal.
+#[derive(Clone, Copy, Default, bytemuck::Zeroable)]
+struct Undo {
+    pos: u32,
+    value: u64,
     mask: u8,
 }
 
@@ -123,6 +136,13 @@ pub struct LiveMemory {
     stores: [Stored; OVERLAY_ENTRIES],
     n_stores: usize,
     store_index: Index<OVERLAY_SLOTS>,
+    /// Sealed (see [`LiveMemory::seal`]): the logs' lengths then, and the
+    /// stored qwords changed since, as they were.
+    sealed: bool,
+    seal_loads: usize,
+    seal_stores: usize,
+    undo: [Undo; UNDO_ENTRIES],
+    n_undo: usize,
 }
 
 /// The bytes `[addr, addr + size)` split over at most two qwords:
@@ -165,6 +185,42 @@ impl LiveMemory {
         self.n_stores = 0;
         self.load_index.reset();
         self.store_index.reset();
+        self.sealed = false;
+        self.n_undo = 0;
+    }
+
+    /// Marks the point the checkpoint will validate: the segment goes on
+    /// past it (a proven tail, whose reads need no check), but
+    /// [`LiveMemory::rewind_to_seal`] gives back the logs as they are now.
+    /// Loads after the seal append to the log; stores after it append, or
+    /// save the qword's sealed value before changing it (at most
+    /// [`UNDO_ENTRIES`] such qwords: one more is [`AccessError::LogFull`]).
+    pub fn seal(&mut self) {
+        self.sealed = true;
+        self.seal_loads = self.n_loads;
+        self.seal_stores = self.n_stores;
+        self.n_undo = 0;
+    }
+
+    /// The logs as they were at [`LiveMemory::seal`], for the checkpoint
+    /// there: what came after is dropped, and the qwords changed since get
+    /// their sealed values back. No access may follow until the next
+    /// [`LiveMemory::reset`] (the index still names dropped entries;
+    /// lookups ignore them).
+    pub fn rewind_to_seal(&mut self) {
+        if !self.sealed {
+            return;
+        }
+        for u in self.undo[..self.n_undo].iter().rev() {
+            let s = &mut self.stores[u.pos as usize];
+            s.value = u.value;
+            s.mask = u.mask;
+            s.saved = false;
+        }
+        self.n_undo = 0;
+        self.n_loads = self.seal_loads;
+        self.n_stores = self.seal_stores;
+        self.sealed = false;
     }
 
     /// Real qwords read and qwords stored so far.
@@ -172,20 +228,32 @@ impl LiveMemory {
         (self.n_loads, self.n_stores)
     }
 
-    fn stored(&self, addr: u64) -> Option<&Stored> {
-        let stores = &self.stores;
+    /// The overlay's position of the qword at `addr`. Positions past the
+    /// log's length (dropped by [`LiveMemory::rewind_to_seal`]) match no
+    /// address: a qword address is 8-aligned, `u64::MAX` is not.
+    fn store_pos(&self, addr: u64) -> Result<usize, usize> {
+        let (stores, n) = (&self.stores, self.n_stores);
         self.store_index
-            .find(addr, |p| stores[p].addr)
-            .ok()
-            .map(|p| &self.stores[p])
+            .find(addr, |p| if p < n { stores[p].addr } else { u64::MAX })
+    }
+
+    fn stored(&self, addr: u64) -> Option<&Stored> {
+        self.store_pos(addr).ok().map(|p| &self.stores[p])
+    }
+
+    /// The load log's position of the qword at `addr` (as
+    /// [`LiveMemory::store_pos`]).
+    fn load_pos(&self, addr: u64) -> Result<usize, usize> {
+        let (loads, n) = (&self.loads, self.n_loads);
+        self.load_index
+            .find(addr, |p| if p < n { loads[p].addr } else { u64::MAX })
     }
 
     /// The qword at `addr` as first read in this segment, reading and
     /// logging it now if it was not; `used` is or-ed into its consumed
     /// bytes.
     fn real_qword(&mut self, probe: &impl Probe, addr: u64, used: u8) -> Result<u64, AccessError> {
-        let loads = &self.loads;
-        match self.load_index.find(addr, |p| loads[p].addr) {
+        match self.load_pos(addr) {
             Ok(p) => {
                 self.loads[p].used |= used;
                 Ok(self.loads[p].value)
@@ -250,8 +318,7 @@ impl LiveMemory {
         if ov_mask == 0xff {
             return Some(ov_value);
         }
-        let loads = &self.loads;
-        let real = match self.load_index.find(addr, |p| loads[p].addr) {
+        let real = match self.load_pos(addr) {
             Ok(p) => self.loads[p].value,
             Err(_) => probe.read_qword(addr)?,
         };
@@ -277,12 +344,20 @@ impl LiveMemory {
     /// overlay.
     pub fn store(&mut self, addr: u64, size: usize, value: u64) -> Result<(), AccessError> {
         debug_assert!((1..=8).contains(&size));
-        // Check room first, so that a full overlay leaves no half store.
-        let needed = chunks(addr, size)
-            .iter()
-            .filter(|(q, mask, _)| *mask != 0 && self.stored(*q).is_none())
-            .count();
-        if self.n_stores + needed > OVERLAY_ENTRIES {
+        // Check room first, so that a full overlay (or undo log) leaves no
+        // half store.
+        let (mut needed, mut saves) = (0, 0);
+        for (q, mask, _) in chunks(addr, size) {
+            if mask == 0 {
+                continue;
+            }
+            match self.store_pos(q) {
+                Err(_) => needed += 1,
+                Ok(p) if self.must_save(p) => saves += 1,
+                Ok(_) => {}
+            }
+        }
+        if self.n_stores + needed > OVERLAY_ENTRIES || self.n_undo + saves > UNDO_ENTRIES {
             return Err(AccessError::LogFull);
         }
         let mut consumed = 0u32;
@@ -292,14 +367,26 @@ impl LiveMemory {
             }
             let part = (value >> consumed) << (8 * shift);
             consumed += 8 * mask.count_ones();
-            let stores = &self.stores;
-            let p = match self.store_index.find(q, |p| stores[p].addr) {
-                Ok(p) => p,
+            let p = match self.store_pos(q) {
+                Ok(p) => {
+                    if self.must_save(p) {
+                        let s = &mut self.stores[p];
+                        s.saved = true;
+                        self.undo[self.n_undo] = Undo {
+                            pos: p as u32,
+                            value: s.value,
+                            mask: s.mask,
+                        };
+                        self.n_undo += 1;
+                    }
+                    p
+                }
                 Err(slot) => {
                     self.stores[self.n_stores] = Stored {
                         addr: q,
                         value: 0,
                         mask: 0,
+                        saved: false,
                     };
                     self.store_index.insert_at(slot, self.n_stores);
                     self.n_stores += 1;
@@ -311,6 +398,12 @@ impl LiveMemory {
             s.mask |= mask;
         }
         Ok(())
+    }
+
+    /// Whether a store to the overlay's entry `p` must first save its
+    /// sealed value.
+    fn must_save(&self, p: usize) -> bool {
+        self.sealed && p < self.seal_stores && !self.stores[p].saved
     }
 
     /// Whether every byte of `[addr, addr + size)` was stored by this
@@ -429,6 +522,63 @@ mod tests {
         assert!(!m.covers(0x1000, 8));
         m.store(0x1008, 8, 2).unwrap();
         assert!(m.covers(0x1004, 8));
+    }
+
+    #[test]
+    fn rewinding_to_the_seal_gives_back_the_logs_as_they_were() {
+        let mem = Table::with(&[(0x1000, 0x11), (0x2000, 0x22), (0x3000, 0x33)]);
+        let mut m = LiveMemory::new();
+        m.load(&mem, 0x1000, 8).unwrap();
+        m.store(0x2000, 8, 0xaa).unwrap();
+        m.seal();
+        // After the seal: a new load, a new store, and a change to a qword
+        // stored before it.
+        m.load(&mem, 0x3000, 8).unwrap();
+        m.store(0x1000, 8, 0x99).unwrap();
+        m.store(0x2000, 4, 0xbb).unwrap();
+        m.store(0x2000, 1, 0xcc).unwrap();
+        assert_eq!(m.load(&mem, 0x2000, 8), Ok(0xcc));
+        assert_eq!(m.logged(), (2, 2));
+        m.rewind_to_seal();
+        assert_eq!(m.logged(), (1, 1));
+        // The checkpoint at the seal: real memory holds the stores made
+        // before it, and 0x3000 (read after it) may hold anything.
+        mem.set(0x2000, 0xaa);
+        mem.set(0x3000, 0);
+        assert_eq!(m.validate(&mem, 0..0), MemoryCheck::Match);
+        // The store after the seal to 0x1000 no longer hides its load.
+        mem.set(0x1000, 0x12);
+        assert_eq!(
+            m.validate(&mem, 0..0),
+            MemoryCheck::Differs { addr: 0x1000 }
+        );
+        mem.set(0x1000, 0x11);
+        // The sealed value of 0x2000 is checked, not the later one.
+        mem.set(0x2000, 0xcc);
+        assert_eq!(
+            m.validate(&mem, 0..0),
+            MemoryCheck::Differs { addr: 0x2000 }
+        );
+    }
+
+    #[test]
+    fn a_full_undo_log_refuses_the_store_whole() {
+        let mut m = LiveMemory::new();
+        for i in 0..=UNDO_ENTRIES as u64 {
+            m.store(0x10_000 + 8 * i, 8, i).unwrap();
+        }
+        m.seal();
+        for i in 0..UNDO_ENTRIES as u64 {
+            m.store(0x10_000 + 8 * i, 8, 100 + i).unwrap();
+        }
+        // A second change to a saved qword needs no room.
+        m.store(0x10_000, 8, 7).unwrap();
+        let last = 0x10_000 + 8 * UNDO_ENTRIES as u64;
+        assert_eq!(m.store(last, 8, 1), Err(AccessError::LogFull));
+        m.rewind_to_seal();
+        let mem = Table::with(&[]);
+        assert_eq!(m.load(&mem, last, 8), Ok(UNDO_ENTRIES as u64));
+        assert_eq!(m.load(&mem, 0x10_000, 8), Ok(0));
     }
 
     #[test]

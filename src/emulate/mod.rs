@@ -54,6 +54,12 @@ const STOP_IN_STEPS: u64 = 256;
 /// predicted (a loop run until SIGALRM longjmps out of it: 118 hits per
 /// checkpoint without this bound, and every checkpoint mismatched).
 const MAX_CHECKPOINT_HITS: u32 = 16;
+/// Steps a pass may run past [`MAX_SEGMENT_INSTRUCTIONS`] while its proven
+/// tail holds (see `Segment::tail_entries`): a segment whose checkpoint goes
+/// before the tail needs no visit counts after it. A loop that reads only
+/// registers and its own stores then costs one stop per trace however few
+/// branches each iteration takes.
+pub const MAX_TAIL_STEPS: u32 = 8192;
 /// Iterations of a rep-prefixed string instruction per emulated step.
 pub const REP_LIMIT: u64 = 256;
 /// The x86-64 System V red zone: below rsp, this much still belongs to
@@ -316,6 +322,13 @@ pub struct Segment {
     /// registers and return addresses): the prediction is exact without a
     /// checkpoint.
     pub proven: bool,
+    /// Entries after the checkpoint (a proven tail): the last ones, which
+    /// the checkpoint's state and memory no other thread can change
+    /// determine. The thread reaches the checkpoint before them, and every
+    /// read after it was of the segment's own stores, immutable memory, or
+    /// a pop, ret or leave slot, as for `proven`. Zero for a segment that
+    /// ends at its checkpoint.
+    pub tail_entries: usize,
 }
 
 /// What one call to [`Emulator::run`] produced.
@@ -352,6 +365,41 @@ struct Pass {
     exhausted: bool,
     /// Every read so far was of memory no other thread can change.
     safe: bool,
+    /// The pass reached the Nth branch with a proven tail: (steps, entries)
+    /// before its first point, a fresh address after the last read of
+    /// memory another thread could change.
+    tail: Option<(u32, usize)>,
+    /// A split pass (`Plan::split`): where it sealed the logs, as (address,
+    /// visits before, entries before).
+    split: Option<(u64, u32, usize)>,
+}
+
+/// What a pass runs to.
+#[derive(Clone, Copy)]
+struct Plan {
+    /// Steps, and the end reported when they run out.
+    limit: u32,
+    at_limit: SegmentEnd,
+    /// (address, n): stop on arriving at the address for the nth time.
+    cut: Option<(u64, u32)>,
+    /// Go on past `limit`, up to [`MAX_TAIL_STEPS`], while a proven tail
+    /// holds (a first pass).
+    overrun: bool,
+    /// Seal the logs and take the predicted state after this many steps,
+    /// then run the proven tail to the Nth branch.
+    split: Option<u32>,
+}
+
+impl Plan {
+    fn to(limit: u32, at_limit: SegmentEnd) -> Plan {
+        Plan {
+            limit,
+            at_limit,
+            cut: None,
+            overrun: false,
+            split: None,
+        }
+    }
 }
 
 /// The point right after the Nth taken branch.
@@ -605,11 +653,13 @@ impl Emulator {
         let mut pass = self.pass(
             sink,
             wanted,
-            MAX_SEGMENT_INSTRUCTIONS,
-            SegmentEnd::Continue,
-            None,
+            Plan {
+                overrun: true,
+                ..Plan::to(MAX_SEGMENT_INSTRUCTIONS, SegmentEnd::Continue)
+            },
         );
         let mut cut = None;
+        let mut split = None;
         let proven = pass.safe && pass.end == SegmentEnd::Complete && pass.redo.is_none();
         if pass.redo.is_none() && pass.first.is_none() && !proven {
             // A checkpoint where the path ended may need several hits (a
@@ -637,7 +687,15 @@ impl Emulator {
             let (f_steps, f_entries) = pass.fresh;
             let end_cost = u64::from(hits) * STOP_IN_STEPS * f_entries as u64;
             let fresh_cost = (STOP_IN_STEPS + u64::from(pass.steps)) * pass.entries as u64;
-            if hits > 1 && f_entries > 0 && fresh_cost < end_cost {
+            if let Some((t_steps, _)) = pass
+                .tail
+                .filter(|_| hits > 1 || pass.steps > MAX_SEGMENT_INSTRUCTIONS)
+            {
+                // One stop, before the tail, proves every entry: the pass
+                // is run again, sealing the logs there.
+                split = Some(t_steps);
+                pass.redo = Some((MAX_TAIL_STEPS, SegmentEnd::Complete));
+            } else if hits > 1 && f_entries > 0 && fresh_cost < end_cost {
                 pass.redo = Some((f_steps, SegmentEnd::Continue));
             } else if hits > MAX_CHECKPOINT_HITS {
                 // Cut the segment at the arrival at its end address that
@@ -650,11 +708,21 @@ impl Emulator {
                 pass.redo = Some((steps, SegmentEnd::Complete));
             }
         }
-        if let Some((steps, end)) = pass.redo {
+        // At most two passes more: a split pass whose path differs from the
+        // first's (memory changed between them) ends at its split point.
+        for _ in 0..2 {
+            let Some((steps, end)) = pass.redo else {
+                break;
+            };
             self.cpu.regs = self.start;
             self.shadow.restore(shadow);
             sink.truncate(before);
-            pass = self.pass(sink, wanted, steps, end, cut);
+            let plan = Plan {
+                cut: cut.take(),
+                split: split.take(),
+                ..Plan::to(steps, end)
+            };
+            pass = self.pass(sink, wanted, plan);
         }
         if let Some(stop) = pass.first {
             return self.first_instruction(stop);
@@ -666,6 +734,24 @@ impl Emulator {
                 SegmentEnd::End(reason) => Outcome::End(reason),
                 _ => self.first_instruction(Stop::Refused { addr: 0 }),
             };
+        }
+        if let Some((at, visits, entries)) = pass.split.filter(|_| pass.redo.is_none()) {
+            // The checkpoint goes where the logs were sealed, with the
+            // state taken there (`Emulator::predicted`).
+            self.cpu.mem.live.rewind_to_seal();
+            let mut hits = visits + 1;
+            if resumed && at == self.start.rip {
+                hits -= 1;
+            }
+            return Outcome::Segment(Segment {
+                at,
+                hits: hits.max(1),
+                entries: pass.entries,
+                steps: pass.steps,
+                end: SegmentEnd::Complete,
+                proven: false,
+                tail_entries: pass.entries - entries,
+            });
         }
         if pass.entries >= wanted && pass.end == SegmentEnd::Continue {
             // Ended past the Nth branch (the search for a fresh address
@@ -683,6 +769,7 @@ impl Emulator {
             steps: pass.steps,
             end: pass.end,
             proven,
+            tail_entries: 0,
         })
     }
 
@@ -697,17 +784,8 @@ impl Emulator {
         hits.max(1)
     }
 
-    /// Emulates at most `limit` steps from the current state; `at_limit`
-    /// is the end reported when the limit stops it. `cut`, (address, n):
-    /// stop on arriving at the address for the nth time.
-    fn pass(
-        &mut self,
-        sink: &mut impl EntrySink,
-        wanted: usize,
-        limit: u32,
-        at_limit: SegmentEnd,
-        cut: Option<(u64, u32)>,
-    ) -> Pass {
+    /// Emulates the steps `plan` allows from the current state.
+    fn pass(&mut self, sink: &mut impl EntrySink, wanted: usize, plan: Plan) -> Pass {
         let mut arrivals = 0u32;
         self.cpu.mem.live.reset();
         self.visits.reset();
@@ -718,12 +796,23 @@ impl Emulator {
         let exec = self.cpu.mem.exec;
         let has_rseq = exec.has_rseq();
         let table = table();
+        let mut limit = plan.limit;
         let mut entries = 0usize;
         let mut steps = 0u32;
         let mut extension = 0u32;
         let mut fresh = (0u32, 0usize);
         let mut nth: Option<Nth> = None;
         let mut safe = true;
+        // The proven tail so far: its first point, a fresh address after
+        // the last read another thread could change; and as it was at the
+        // Nth branch.
+        let mut tail: Option<(u32, usize)> = None;
+        let mut tail_at_nth: Option<(u32, usize)> = None;
+        // A first pass past its limit: the steps it is redone to if what
+        // let it go on breaks.
+        let mut overran: Option<u32> = None;
+        // A split pass: where it sealed the logs.
+        let mut sealed: Option<(u64, u32, usize)> = None;
         // Step count at which the rep string instruction now running began.
         let mut rep_start: Option<u32> = None;
         let done = |end, entries, steps, fresh| Pass {
@@ -736,47 +825,84 @@ impl Emulator {
             nth: None,
             exhausted: false,
             safe: false,
+            tail: None,
+            split: None,
         };
-        loop {
+        let mut result = 'run: loop {
             let pc = self.cpu.regs.rip;
+            if plan.split == Some(steps) && sealed.is_none() && rep_start.is_none() {
+                // The checkpoint's state: the tail from here is proven.
+                self.predicted = self.cpu.regs;
+                self.cpu.mem.live.seal();
+                sealed = Some((pc, self.visits.count(pc), entries));
+            }
             if steps == limit {
-                return match rep_start {
-                    Some(s) => Pass {
-                        redo: Some((s, at_limit)),
-                        ..done(at_limit, entries, steps, fresh)
-                    },
-                    None => done(at_limit, entries, steps, fresh),
-                };
+                if plan.overrun
+                    && overran.is_none()
+                    && rep_start.is_none()
+                    && (safe || tail.is_some())
+                {
+                    // Where the pass ends if the tail (or, for a pass that
+                    // read nothing another thread could change, the proof)
+                    // breaks past here: the tail's start, or the last fresh
+                    // address.
+                    overran = match (tail, fresh.0) {
+                        (Some((s, _)), _) => Some(s),
+                        (None, 0) => Some(limit),
+                        (None, s) => Some(s),
+                    };
+                    limit = MAX_TAIL_STEPS;
+                } else {
+                    break 'run match rep_start {
+                        Some(s) => Pass {
+                            redo: Some((s, plan.at_limit)),
+                            ..done(plan.at_limit, entries, steps, fresh)
+                        },
+                        None => done(plan.at_limit, entries, steps, fresh),
+                    };
+                }
             }
             if has_rseq && rep_start.is_none() && exec.in_rseq(pc) {
                 // A breakpoint inside the critical section would make the
                 // kernel abort it: the checkpoint goes before it.
                 let end = SegmentEnd::End(AbortReason::Rseq);
-                return Pass {
+                break 'run Pass {
                     redo: Some((steps.saturating_sub(1), end)),
                     ..done(end, entries, steps, fresh)
                 };
             }
-            if let Some((at, n)) = cut {
+            if let Some((at, n)) = plan.cut {
                 if pc == at && rep_start.is_none() {
                     arrivals += 1;
                     if arrivals == n {
-                        return done(SegmentEnd::Continue, entries, steps, fresh);
+                        break 'run done(SegmentEnd::Continue, entries, steps, fresh);
                     }
                 }
             }
             if entries == wanted && rep_start.is_none() {
+                if sealed.is_some() {
+                    break 'run Pass {
+                        split: sealed,
+                        ..done(SegmentEnd::Complete, entries, steps, fresh)
+                    };
+                }
                 if safe {
                     // Nothing to check: no checkpoint, no need of a
                     // fresh address.
-                    return Pass {
+                    break 'run Pass {
                         safe,
+                        ..done(SegmentEnd::Complete, entries, steps, fresh)
+                    };
+                }
+                if overran.is_some() {
+                    break 'run Pass {
+                        tail,
                         ..done(SegmentEnd::Complete, entries, steps, fresh)
                     };
                 }
                 // Past the Nth branch: stop at the first fresh address.
                 if self.visits.surely_new(pc) || extension == EXTENSION_STEPS {
-                    return Pass {
+                    break 'run Pass {
                         nth,
                         exhausted: extension == EXTENSION_STEPS,
                         ..done(SegmentEnd::Complete, entries, steps, fresh)
@@ -788,8 +914,31 @@ impl Emulator {
             self.cpu.mem.step_mutable_reads = 0;
             let stepped = x86_sem::step(&mut self.cpu, table, &mut self.code);
             self.steps_run += 1;
-            if safe && self.cpu.mem.step_mutable_reads > 0 {
-                safe = self.implicit_stack_read(pc, rsp, rbp);
+            // A read another thread could change ends the tail, and a pass
+            // that relies on one (split, or past its limit) ends at its
+            // start (below).
+            let reads = self.cpu.mem.step_mutable_reads > 0;
+            let watched = safe || tail.is_some() || sealed.is_some();
+            let unsafe_step = reads && (!watched || !self.implicit_stack_read(pc, rsp, rbp));
+            if unsafe_step {
+                safe = false;
+                tail = None;
+                if overran.is_some()
+                    && sealed.is_none()
+                    && rep_start.is_none()
+                    && self.visits.surely_new(pc)
+                {
+                    // Past the limit, at an address the pass had not been:
+                    // a checkpoint right before it needs one hit (counted by
+                    // the filter, exact when it says new) and proves all.
+                    break 'run Pass {
+                        redo: Some((steps, SegmentEnd::Continue)),
+                        ..done(SegmentEnd::Continue, entries, steps, fresh)
+                    };
+                }
+                if sealed.is_some() || overran.is_some() {
+                    break 'run done(SegmentEnd::Continue, entries, steps, fresh);
+                }
             }
             match stepped {
                 Ok(r) => {
@@ -800,6 +949,9 @@ impl Emulator {
                         // the branches between would be lost.
                         if self.visits.visit(pc) && entries < wanted {
                             fresh = (steps, entries);
+                            if tail.is_none() && !safe && !unsafe_step && plan.split.is_none() {
+                                tail = Some((steps, entries));
+                            }
                         }
                     }
                     steps += 1;
@@ -813,7 +965,7 @@ impl Emulator {
                             // A branch into code no module names ends the
                             // trace unrecorded; the checkpoint at its
                             // target still proves the entries before it.
-                            return done(
+                            break 'run done(
                                 SegmentEnd::End(AbortReason::OutsideMappings),
                                 entries,
                                 steps,
@@ -824,7 +976,7 @@ impl Emulator {
                             from: r.ip,
                             to: r.next_rip,
                         }) {
-                            return done(SegmentEnd::Complete, entries, steps, fresh);
+                            break 'run done(SegmentEnd::Complete, entries, steps, fresh);
                         }
                         if callstacks {
                             match r.kind {
@@ -844,6 +996,7 @@ impl Emulator {
                                 target: r.next_rip,
                                 prior: self.visits.count(r.next_rip),
                             });
+                            tail_at_nth = tail;
                             if callstacks {
                                 self.take_stack(r.next_rip);
                             }
@@ -852,21 +1005,41 @@ impl Emulator {
                 }
                 Err(stop) => {
                     if let Some(s) = rep_start {
-                        return Pass {
+                        break 'run Pass {
                             redo: Some((s, SegmentEnd::Continue)),
                             ..done(SegmentEnd::Continue, entries, steps, fresh)
                         };
                     }
                     if steps == 0 {
-                        return Pass {
+                        break 'run Pass {
                             first: Some(stop),
                             ..done(SegmentEnd::Continue, 0, 0, fresh)
                         };
                     }
-                    return done(SegmentEnd::Continue, entries, steps, fresh);
+                    break 'run done(SegmentEnd::Continue, entries, steps, fresh);
                 }
             }
+        };
+        if result.split.is_none() && result.redo.is_none() {
+            // A pass that relied on a tail and did not finish it ends where
+            // the tail began: one hit, counted exactly (it is within the
+            // visit log), and a plain pass gets there again.
+            let fallback = match (plan.split, overran) {
+                (Some(s), _) => Some(s),
+                (None, Some(s)) if result.tail.is_none() && !result.safe => Some(s),
+                _ => None,
+            };
+            if let Some(s) = fallback {
+                return Pass {
+                    redo: Some((s, SegmentEnd::Continue)),
+                    ..done(SegmentEnd::Continue, result.entries, result.steps, fresh)
+                };
+            }
+            if result.entries >= wanted && result.tail.is_none() && !result.safe {
+                result.tail = tail_at_nth;
+            }
         }
+        result
     }
 
     /// Whether the real reads the step at `pc` made (rsp and rbp as before

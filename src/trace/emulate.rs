@@ -148,6 +148,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
         }
         Awaiting::Checkpoint {
             committed,
+            tail,
             end: segment_end,
             ..
         } => {
@@ -164,8 +165,13 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
                     t.awaiting = None;
                     t.committed = None;
                     let open = t.buffer.as_ref().map_or(0, |b| b.open_len());
+                    let tail = tail.min(open - committed);
                     Counters::add(&c.entries_recorded, (open - committed) as u64);
-                    Counters::add(&c.validated_entries, (open - committed) as u64);
+                    Counters::add(&c.validated_entries, (open - committed - tail) as u64);
+                    Counters::add(&c.proven_entries, tail as u64);
+                    if tail > 0 {
+                        Counters::bump(&c.proven_tails);
+                    }
                     match segment_end {
                         SegmentEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
                         SegmentEnd::Continue => advance(tracer, slot, t, true),
@@ -251,6 +257,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
                     at: seg.at,
                     hits: seg.hits,
                     committed,
+                    tail: seg.tail_entries,
                     end: seg.end,
                 },
             )

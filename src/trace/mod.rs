@@ -167,11 +167,13 @@ pub enum Awaiting {
     Branch(Pending),
     /// Emulate: a segment's checkpoint. The `hits`th execution of `at` is
     /// where the prediction holds; the open trace's entries after
-    /// `committed` are the segment's.
+    /// `committed` are the segment's, the last `tail` of them a proven
+    /// tail (`emulate::Segment::tail_entries`).
     Checkpoint {
         at: u64,
         hits: u32,
         committed: usize,
+        tail: usize,
         end: crate::emulate::SegmentEnd,
     },
     /// Emulate: the thread runs one instruction the emulator cannot; at
