@@ -204,6 +204,13 @@ impl LiveMemory {
         self.n_undo = 0;
     }
 
+    /// Forgets the seal: the checkpoint goes where the segment ends, and
+    /// checks every read and store.
+    pub fn unseal(&mut self) {
+        self.sealed = false;
+        self.n_undo = 0;
+    }
+
     /// The logs as they were at [`LiveMemory::seal`], for the checkpoint
     /// there: what came after is dropped, and the qwords changed since get
     /// their sealed values back. No access may follow until the next

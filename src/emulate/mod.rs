@@ -372,6 +372,10 @@ struct Pass {
     /// A split pass (`Plan::split`): where it sealed the logs, as (address,
     /// visits before, entries before).
     split: Option<(u64, u32, usize)>,
+    /// A first pass sealed the logs at the Nth branch and took the state
+    /// there (`Emulator::predicted`): a checkpoint there needs no pass
+    /// again.
+    nth_sealed: bool,
 }
 
 /// What a pass runs to.
@@ -687,9 +691,13 @@ impl Emulator {
             let (f_steps, f_entries) = pass.fresh;
             let end_cost = u64::from(hits) * STOP_IN_STEPS * f_entries as u64;
             let fresh_cost = (STOP_IN_STEPS + u64::from(pass.steps)) * pass.entries as u64;
+            // Back at the Nth branch (sealed there) costs its extra hits;
+            // a proven tail, a pass again.
+            let at_nth = nth_steps.is_some() && pass.nth_sealed && hits <= MAX_CHECKPOINT_HITS;
+            let tail_pays = !at_nth || u64::from(pass.steps) < u64::from(hits - 1) * STOP_IN_STEPS;
             if let Some((t_steps, _)) = pass
                 .tail
-                .filter(|_| hits > 1 || pass.steps > MAX_SEGMENT_INSTRUCTIONS)
+                .filter(|_| (hits > 1 && tail_pays) || pass.steps > MAX_SEGMENT_INSTRUCTIONS)
             {
                 // One stop, before the tail, proves every entry: the pass
                 // is run again, sealing the logs there.
@@ -704,6 +712,20 @@ impl Emulator {
                 let first_free = u32::from(resumed && end_at == self.start.rip);
                 cut = Some((end_at, MAX_CHECKPOINT_HITS + first_free));
                 pass.redo = Some((MAX_SEGMENT_INSTRUCTIONS, SegmentEnd::Continue));
+            } else if at_nth {
+                // The predicted state is the one taken at the Nth branch;
+                // the logs go back to what the pass had read and stored
+                // by then.
+                self.cpu.mem.live.rewind_to_seal();
+                return Outcome::Segment(Segment {
+                    at: end_at,
+                    hits,
+                    entries: pass.entries,
+                    steps: nth_steps.unwrap_or(pass.steps),
+                    end: SegmentEnd::Complete,
+                    proven: false,
+                    tail_entries: 0,
+                });
             } else if let Some(steps) = nth_steps {
                 pass.redo = Some((steps, SegmentEnd::Complete));
             }
@@ -759,6 +781,9 @@ impl Emulator {
             // complete, and the branches after the Nth are not the trace's.
             pass.end = SegmentEnd::Complete;
         }
+        // A checkpoint where the pass ended checks everything it read and
+        // stored (a seal at the Nth branch no longer matters).
+        self.cpu.mem.live.unseal();
         let at = self.cpu.regs.rip;
         let hits = self.hits_at(at, resumed);
         self.predicted = self.cpu.regs;
@@ -808,6 +833,7 @@ impl Emulator {
         // Nth branch.
         let mut tail: Option<(u32, usize)> = None;
         let mut tail_at_nth: Option<(u32, usize)> = None;
+        let mut nth_sealed = false;
         // A first pass past its limit: the steps it is redone to if what
         // let it go on breaks.
         let mut overran: Option<u32> = None;
@@ -827,6 +853,7 @@ impl Emulator {
             safe: false,
             tail: None,
             split: None,
+            nth_sealed: false,
         };
         let mut result = 'run: loop {
             let pc = self.cpu.regs.rip;
@@ -1000,6 +1027,14 @@ impl Emulator {
                             if callstacks {
                                 self.take_stack(r.next_rip);
                             }
+                            if plan.overrun && !safe && overran.is_none() {
+                                // The search for a fresh address goes on
+                                // from here; if it fails, the checkpoint
+                                // comes back here, with the logs as now.
+                                self.predicted = self.cpu.regs;
+                                self.cpu.mem.live.seal();
+                                nth_sealed = true;
+                            }
                         }
                     }
                 }
@@ -1038,6 +1073,13 @@ impl Emulator {
             if result.entries >= wanted && result.tail.is_none() && !result.safe {
                 result.tail = tail_at_nth;
             }
+        }
+        result.nth_sealed = nth_sealed && result.redo.is_none();
+        if result.nth_sealed && result.nth.is_none() {
+            // Past the Nth branch the pass met its limit or an instruction
+            // it cannot run before a fresh address: the search failed.
+            result.nth = nth;
+            result.exhausted = true;
         }
         result
     }
