@@ -173,6 +173,7 @@ extern "C" fn init() {
     if env("BREAKDANCE_FAILPOINT").as_deref() == Some("sample-panic") {
         crate::trace::handler::PANIC_AT_SAMPLE.store(true, Ordering::Relaxed);
     }
+    crate::trace::set_measure(env("BREAKDANCE_MEASURE").as_deref());
     sys::warm_sigaction();
     // Resolved now, so that no interposer looks a symbol up later, in
     // whatever context the application calls it.

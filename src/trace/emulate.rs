@@ -22,6 +22,7 @@
 //! Contract of everything here: async-signal-safe, as `handler.rs`.
 
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::buffer::{AbortReason, TraceEnd};
 use crate::decode::RegisterFile;
@@ -31,10 +32,70 @@ use crate::sys;
 use super::counters::Counters;
 use super::ends::{begin_trace, close_open_trace, discard_unvalidated, end_trace, make_room};
 use super::engine::{Engine, Needs, StopRegisters, Ucontext};
-use super::events::{arm_breakpoint, disarm_breakpoint, top_up_breakpoint};
+use super::events::{arm_breakpoint, disarm_breakpoint, rearm_sampling, top_up_breakpoint};
 use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
 
 pub(super) struct Emulate;
+
+/// What a sample does, for measuring a trace's parts apart
+/// (`BREAKDANCE_MEASURE`, read at start-up; bench-harness only): the
+/// application's CPU with samples that do nothing, against samples that
+/// emulate a trace's first segment and keep nothing, gives what the
+/// emulation costs the application beyond its own time (the caches it
+/// leaves cold). Neither records a trace.
+pub(crate) static MEASURE: AtomicU8 = AtomicU8::new(MEASURE_OFF);
+/// Samples trace as usual.
+pub(crate) const MEASURE_OFF: u8 = 0;
+/// Samples are counted and re-armed, nothing more.
+pub(crate) const MEASURE_SAMPLE_ONLY: u8 = 1;
+/// Samples emulate one segment into a counting sink, and arm nothing.
+pub(crate) const MEASURE_EMULATE_ONLY: u8 = 2;
+
+/// The sink of `MEASURE_EMULATE_ONLY`: counts, keeps nothing.
+struct CountingSink(usize);
+
+impl crate::emulate::EntrySink for CountingSink {
+    fn push(&mut self, _: crate::buffer::BranchEntry) -> bool {
+        self.0 += 1;
+        true
+    }
+    fn len(&self) -> usize {
+        self.0
+    }
+    fn truncate(&mut self, len: usize) {
+        self.0 = self.0.min(len);
+    }
+}
+
+/// A sample under `MEASURE` (not off): see there.
+fn measure_sample(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    uc: &Ucontext,
+    needs: Needs,
+) {
+    let t0 = sys::raw::clock_ns();
+    let c = &slot.counters;
+    Counters::bump(&c.samples);
+    if MEASURE.load(Ordering::Relaxed) == MEASURE_EMULATE_ONLY
+        && super::pools::take(&tracer.states, t, needs)
+    {
+        if let Some(emu) = t.emu.as_mut() {
+            context::read(uc.raw(), emu.state_mut());
+            emu.begin_trace();
+            let resumed = emu.state_mut().rflags & context::RF != 0;
+            let lbr = tracer.lbr.load(Ordering::Relaxed);
+            let e0 = sys::raw::clock_ns();
+            let _ = emu.run(&mut CountingSink(0), lbr, resumed);
+            Counters::add(&c.emulation_decodes, emu.take_decodes());
+            Counters::add(&c.emulated_steps_run, emu.take_steps_run());
+            Counters::add(&c.emulation_ns, sys::raw::clock_ns().saturating_sub(e0));
+        }
+    }
+    rearm_sampling(t);
+    Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
+}
 
 impl Engine for Emulate {
     fn on_sample(&self, tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext) {
@@ -61,6 +122,10 @@ impl Engine for Emulate {
 }
 
 fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext, needs: Needs) {
+    if MEASURE.load(Ordering::Relaxed) != MEASURE_OFF {
+        measure_sample(tracer, slot, t, uc, needs);
+        return;
+    }
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
@@ -205,7 +270,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
 /// ends the trace.
 fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: bool) {
     let c = &slot.counters;
-    let lbr = tracer.lbr.load(std::sync::atomic::Ordering::Relaxed);
+    let lbr = tracer.lbr.load(Ordering::Relaxed);
     let (Some(emu), Some(buffer)) = (t.emu.as_mut(), t.buffer.as_mut()) else {
         end_trace(
             tracer,
@@ -222,10 +287,8 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     }
     let wanted = lbr - committed;
     emu.set_callstack(
-        tracer.callstack.load(std::sync::atomic::Ordering::Relaxed),
-        tracer
-            .unwind_dwarf
-            .load(std::sync::atomic::Ordering::Relaxed),
+        tracer.callstack.load(Ordering::Relaxed),
+        tracer.unwind_dwarf.load(Ordering::Relaxed),
     );
     // Before the first push: whatever happens to this handler, the entries
     // after `committed` are not the trace's until validated.

@@ -594,6 +594,18 @@ pub fn forget_parent_threads(tracer: &Tracer) {
     crate::host::HOST.reset();
 }
 
+/// Sets what samples do from `BREAKDANCE_MEASURE` (bench-harness only; see
+/// `emulate::MEASURE`): `sample-only`, `emulate-only`, or anything else for
+/// tracing as usual. Emulate mode only.
+pub(crate) fn set_measure(value: Option<&str>) {
+    let m = match value {
+        Some("sample-only") => emulate::MEASURE_SAMPLE_ONLY,
+        Some("emulate-only") => emulate::MEASURE_EMULATE_ONLY,
+        _ => emulate::MEASURE_OFF,
+    };
+    emulate::MEASURE.store(m, std::sync::atomic::Ordering::Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
