@@ -33,9 +33,7 @@ pub const MAX_BUFFERS: usize = 1_024;
 pub const MIN_SPARE_BUFFERS: usize = 4;
 
 /// One taken branch.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, bytemuck::Zeroable,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, bytemuck::Zeroable)]
 pub struct BranchEntry {
     pub from: u64,
     pub to: u64,

@@ -435,6 +435,7 @@ next: turn the traces into an AutoFDO profile:
             c.dynamic_taken,
         ) = (0, 0, 0);
         (c.breakpoints, c.segments, c.segments_proven) = (1950, 1400, 100);
+        c.proven_tails = 40;
         (c.checkpoints, c.checkpoint_unreached, c.step_overs) = (1290, 8, 2);
         (
             c.speculation_mismatch_registers,
@@ -452,8 +453,8 @@ next: turn the traces into an AutoFDO profile:
         assert_eq!(
             line("look-ahead:"),
             "look-ahead: 1950 breakpoints (1.5 per trace); 1400 segments emulated, 100 proven \
-             without a checkpoint; 1290 checkpoints, 2 mismatched, 8 unreached; 2 instructions \
-             left to the CPU"
+             without a checkpoint, 40 with a proven tail; 1290 checkpoints, 2 mismatched, 8 \
+             unreached; 2 instructions left to the CPU"
         );
         assert_eq!(
             line("handler time:"),
