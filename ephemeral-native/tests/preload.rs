@@ -299,3 +299,60 @@ fn sampled_bias_is_within_one_in_p() {
     let bias = t.min(nt) as f64 / (t + nt) as f64;
     assert!((bias - 0.25).abs() <= 0.002, "bias {bias} from {t}/{nt}");
 }
+
+/// The handler path allocates nothing: with malloc, calloc and realloc
+/// counted (programs/count_malloc.c, preloaded first), a run that traps
+/// 400000 times more allocates no more than a run that barely traps. The
+/// slack of 16 covers start-up, whose count varies by a few from run to
+/// run (the epoch thread's start) whatever the number of traps.
+#[test]
+fn the_trap_handler_does_not_allocate() {
+    let Some(program) = build("quarter", &[]) else {
+        return;
+    };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/count_malloc.c");
+    let shim = scratch("shim").join("libcount.so");
+    let ok = Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&shim)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cc failed on {}", src.display());
+    let preload = format!("{} {}", shim.display(), library().display());
+    let allocations = |n: u64, p: &str| -> (u64, u64) {
+        let dir = scratch("out");
+        let out = run(
+            &program,
+            &[&n.to_string()],
+            &[
+                ("LD_PRELOAD", &preload),
+                ("EPHEMERAL_OUTPUT", dir.to_str().unwrap()),
+                ("EPHEMERAL_P", p),
+            ],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        let count = err
+            .lines()
+            .find_map(|l| l.strip_prefix("allocations "))
+            .unwrap_or_else(|| panic!("no count from the shim: {err}"))
+            .parse()
+            .unwrap();
+        (count, field(&summary(&dir), "hooked_executions"))
+    };
+    for p in ["1000000000", "10"] {
+        let (few, few_traps) = allocations(1000, p);
+        let (many, many_traps) = allocations(400_000, p);
+        if p != "10" {
+            assert!(
+                many_traps >= few_traps + 400_000,
+                "{few_traps} {many_traps}"
+            );
+        }
+        assert!(
+            many <= few + 16,
+            "P={p}: {few} allocations at {few_traps} traps, {many} at {many_traps}"
+        );
+    }
+}
