@@ -114,20 +114,21 @@ pub fn ephemeral_edges(rows: &[SiteRow]) -> Edges {
 }
 
 /// The exact edges of the sites in `rows`, from callgrind's counts of the
-/// same executable.
+/// same executable: a site's executions are its instruction count (`Ir`),
+/// its taken executions the `jcnd=` lines from it. The instruction count
+/// matters: callgrind writes no `jcnd=` line for a conditional jump that
+/// was never taken, so those lines alone lose such a site's executions.
 pub fn exact_edges(rows: &[SiteRow], counts: &ObjectProfile) -> Edges {
-    let sites = by_site(rows);
-    let mut e = Edges::new();
+    let mut taken: BTreeMap<u64, u64> = BTreeMap::new();
     for (b, c) in &counts.conditional {
-        if let Some(r) = sites.get(&b.from) {
-            add(&mut e, b.from, b.to, c.taken);
-            add(
-                &mut e,
-                b.from,
-                r.fallthrough,
-                c.executed.saturating_sub(c.taken),
-            );
-        }
+        *taken.entry(b.from).or_insert(0) += c.taken;
+    }
+    let mut e = Edges::new();
+    for r in rows {
+        let executed = counts.instructions.get(&r.site).copied().unwrap_or(0);
+        let t = taken.get(&r.site).copied().unwrap_or(0);
+        add(&mut e, r.site, r.target, t);
+        add(&mut e, r.site, r.fallthrough, executed.saturating_sub(t));
     }
     e
 }
@@ -254,9 +255,12 @@ mod tests {
     }
 
     #[test]
-    fn exact_edges_split_executions_into_taken_and_fallthrough() {
-        let rows = [row(0x10, 0x40, 2, 0, 0)];
+    fn exact_edges_take_executions_from_instruction_counts() {
+        let rows = [row(0x10, 0x40, 2, 0, 0), row(0x20, 0x50, 2, 0, 0)];
         let mut counts = ObjectProfile::default();
+        counts.instructions.insert(0x10, 100);
+        // Never taken: callgrind has its instruction count, no jcnd line.
+        counts.instructions.insert(0x20, 7);
         counts.conditional.insert(
             b(0x10, 0x40),
             ConditionalCount {
@@ -273,7 +277,10 @@ mod tests {
             },
         );
         let e = exact_edges(&rows, &counts);
-        assert_eq!(e, [(b(0x10, 0x40), 30), (b(0x10, 0x12), 70)].into());
+        assert_eq!(
+            e,
+            [(b(0x10, 0x40), 30), (b(0x10, 0x12), 70), (b(0x20, 0x22), 7)].into()
+        );
     }
 
     #[test]
