@@ -591,7 +591,9 @@ preloaded and autostarted in emulate mode at its defaults (task-clock event; its
 period and trace length) and, in full runs, at a 1 ms period as well. Accuracy is the overlap (Σ min of normalised weights, \
 `bench-harness/src/overlap.rs`) of the conditional-branch edge profile of the executable \
 (`site → target` weighs taken executions, `site → fall-through` the others) with callgrind's \
-exact one on the same input, each profile the sum of its rounds' runs. The tracer's edges come \
+exact one on the same input (a site's instruction count split by its `jcnd=` taken count: \
+callgrind writes no `jcnd=` line for a jump never taken), each profile the sum of its rounds' \
+runs. The tracer's edges come \
 from its traces: an entry whose source is a site is a taken execution; a site passed inside a \
 fall-through range between consecutive entries is a not-taken one. \"Bias overlap\" gives \
 every site callgrind's execution count, split in the direction ratio the profile observed \
