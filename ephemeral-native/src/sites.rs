@@ -192,8 +192,8 @@ mod tests {
     }
 
     #[test]
-    fn a_tiny_text_yields_its_branches() {
-        // Not an ELF: `find` wants one.
-        assert!(find(b"nope").is_err());
+    fn a_file_that_is_not_elf_is_refused() {
+        assert!(find(b"nope").is_err_and(|e| e.contains("not an ELF")));
+        assert!(load_bias(b"nope", 0, 0).is_err());
     }
 }
