@@ -7,6 +7,7 @@ mod bpcost;
 mod brr_tracer;
 mod coproc;
 mod csspgo;
+mod ephemeral_native;
 mod fdo;
 mod forms;
 mod interferometry;
@@ -68,6 +69,11 @@ experiments:
              per-load invariance error, capture and overhead, 4..64 slots
              against every Nth load, on charclass, bzip2 and phased (values
              that change halfway)
+  ephemeral-native
+             ephemeral instrumentation run natively (libephemeral.so: int3
+             hooks, P = 10, 100, 1000, 10000, 10 ms epochs of CPU time)
+             against the tracer's emulate mode on sqlite, lua and bzip2:
+             CPU overhead and conditional-edge overlap with callgrind
   all        every experiment above, in order
 
 options:
@@ -267,6 +273,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "interferometry-findings" => interferometry::refresh_findings(opts),
         "ephemeral" => ephemeral_experiment(opts),
         "coproc" => coproc::run(opts),
+        "ephemeral-native" => ephemeral_native::run(opts),
         "brr" => {
             let dir = opts.results.join("brr");
             std::fs::create_dir_all(&dir)
