@@ -48,6 +48,7 @@ TOOLS=(
     node:nodejs
     java:default-jre-headless
     ld.so:libc-bin
+    ldd:libc-bin
 )
 # Packages this script installs when missing.
 PACKAGES=(clang-19 llvm-19 lld-19 bolt-19 autofdo valgrind musl-tools dpkg-dev xz-utils tcl util-linux python3 make gcc binutils nodejs default-jre-headless)
