@@ -785,9 +785,10 @@ impl Emulator {
         // stored (a seal at the Nth branch no longer matters).
         self.cpu.mem.live.unseal();
         let at = self.cpu.regs.rip;
-        if pass.steps > MAX_SEGMENT_INSTRUCTIONS && !self.visits.surely_new(at) {
+        if !proven && pass.steps > MAX_SEGMENT_INSTRUCTIONS && !self.visits.surely_new(at) {
             // Past the visit log (a pass redone to end past its limit whose
-            // path changed since): the hits there cannot be counted.
+            // path changed since): the hits there cannot be counted. (A
+            // proven segment arms no checkpoint.)
             return Outcome::End(AbortReason::LookaheadLimit);
         }
         let hits = self.hits_at(at, resumed);
