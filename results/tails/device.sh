@@ -16,7 +16,12 @@
 # - sigprof: tests/programs/callchains.c -DWITH_SIGNAL (its SIGPROF handler
 #   a clang-unrolled loop), 20000 iterations, at 200 us;
 # - qsort: results/speed/threads_work.c, 1 and 16 threads, 500 rounds.
+#
+# The SQLite table of this machine (README.md, local-table.md) is
+#   PARTS=sqlite SQLITE_ROUNDS=15 OUT=results/tails/local results/tails/device.sh
 set -u
+PARTS=${PARTS:-sqlite unrolled sigprof qsort}
+SQLITE_ROUNDS=${SQLITE_ROUNDS:-7}
 D=target/device2
 OUT=${OUT:-$D/out}
 mkdir -p "$OUT"
@@ -49,19 +54,20 @@ both() { # part setting round lbr period [extra builds] -- CMD...
   local order="before after$extra"; [ $((r % 2)) = 0 ] && order="$extra after before"
   for b in $order; do run "$part" "$setting" "$r" "$b" "$lbr" "$period" "$@"; done
 }
-for r in 1 2 3 4 5 6 7; do
+has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+has sqlite && for r in $(seq 1 "$SQLITE_ROUNDS"); do
   both sqlite 32-1ms "$r" 32 1000000 -- "$D/speedtest1" --memdb --testset main --size 25
   both sqlite 128-3ms "$r" 128 3000000 sample-only emulate-only -- "$D/speedtest1" --memdb --testset main --size 25
   both sqlite 128-10ms "$r" 128 10000000 -- "$D/speedtest1" --memdb --testset main --size 25
 done
-for r in 1 2 3 4 5; do
+has unrolled && for r in 1 2 3 4 5; do
   both unrolled 128-10ms "$r" 128 10000000 -- "$D/unrolled" 200
   both unrolled 128-1ms "$r" 128 1000000 -- "$D/unrolled" 200
 done
-for r in 1 2; do
+has sigprof && for r in 1 2; do
   both sigprof 128-200us "$r" 128 200000 -- "$D/sigprof" 20000
 done
-for r in 1 2 3; do
+has qsort && for r in 1 2 3; do
   for t in 1 16; do
     both qsort "$t-threads" "$r" 128 3000000 -- "$D/threads_work" "$t" 500
   done
