@@ -67,6 +67,22 @@ impl crate::emulate::EntrySink for CountingSink {
     }
 }
 
+/// `Emulator::run`, its time, steps and decodes counted.
+fn run_counted(
+    emu: &mut crate::emulate::Emulator,
+    sink: &mut impl crate::emulate::EntrySink,
+    wanted: usize,
+    resumed: bool,
+    c: &Counters,
+) -> crate::emulate::Outcome {
+    let e0 = sys::raw::clock_ns();
+    let outcome = emu.run(sink, wanted, resumed);
+    Counters::add(&c.emulation_decodes, emu.take_decodes());
+    Counters::add(&c.emulated_steps_run, emu.take_steps_run());
+    Counters::add(&c.emulation_ns, sys::raw::clock_ns().saturating_sub(e0));
+    outcome
+}
+
 /// A sample under `MEASURE` (not off): see there.
 fn measure_sample(
     tracer: &Tracer,
@@ -86,11 +102,7 @@ fn measure_sample(
             emu.begin_trace();
             let resumed = emu.state_mut().rflags & context::RF != 0;
             let lbr = tracer.lbr.load(Ordering::Relaxed);
-            let e0 = sys::raw::clock_ns();
-            let _ = emu.run(&mut CountingSink(0), lbr, resumed);
-            Counters::add(&c.emulation_decodes, emu.take_decodes());
-            Counters::add(&c.emulated_steps_run, emu.take_steps_run());
-            Counters::add(&c.emulation_ns, sys::raw::clock_ns().saturating_sub(e0));
+            let _ = run_counted(emu, &mut CountingSink(0), lbr, resumed, c);
         }
     }
     rearm_sampling(t);
@@ -293,11 +305,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     // Before the first push: whatever happens to this handler, the entries
     // after `committed` are not the trace's until validated.
     t.committed = Some(committed);
-    let e0 = sys::raw::clock_ns();
-    let outcome = emu.run(&mut **buffer, wanted, resumed);
-    Counters::add(&c.emulation_decodes, emu.take_decodes());
-    Counters::add(&c.emulated_steps_run, emu.take_steps_run());
-    Counters::add(&c.emulation_ns, sys::raw::clock_ns().saturating_sub(e0));
+    let outcome = run_counted(emu, &mut **buffer, wanted, resumed, c);
     let (at, awaiting) = match outcome {
         Outcome::Segment(seg) if seg.proven => {
             // Exact without a check (see `Segment::proven`): the trace is
