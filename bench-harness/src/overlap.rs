@@ -49,6 +49,38 @@ pub struct Range {
     pub count: u64,
 }
 
+/// Adds the taken branches and fall-through ranges of `script`'s traces
+/// that lie in module `module` of `map` to `edges` and `ranges`, at the
+/// module's link-time addresses, each weighted by its trace's count: a
+/// branch counts when both its ends are in the module, a range (from one
+/// entry's target to the next entry's source) when both its ends are.
+pub fn add_module_traces(
+    script: &crate::perfscript::PerfScript,
+    map: &crate::elf::ModuleMap,
+    module: usize,
+    edges: &mut BTreeMap<crate::Branch, u64>,
+    ranges: &mut Vec<Range>,
+) {
+    let local = |a: u64| map.resolve(a).filter(|(m, _)| *m == module).map(|(_, v)| v);
+    for t in &script.traces {
+        let entries: Vec<&crate::Branch> = t.execution_order().collect();
+        for e in &entries {
+            if let (Some(from), Some(to)) = (local(e.from), local(e.to)) {
+                *edges.entry(crate::Branch { from, to }).or_insert(0) += t.count;
+            }
+        }
+        for pair in entries.windows(2) {
+            if let (Some(begin), Some(end)) = (local(pair[0].to), local(pair[1].from)) {
+                ranges.push(Range {
+                    begin,
+                    end,
+                    count: t.count,
+                });
+            }
+        }
+    }
+}
+
 /// Instruction weights implied by ranges: each range adds its count to every
 /// instruction whose start lies in `[begin, end]`. `instruction_starts` must be
 /// sorted (the module's real instruction boundaries, see `elf`); a range whose

@@ -21,7 +21,7 @@ use crate::Options;
 use anyhow::{Context, Result};
 use bench_harness::callgrind::{self, ObjectProfile};
 use bench_harness::elf::{ElfModule, ModuleMap};
-use bench_harness::overlap::{instruction_weights, overlap, Range};
+use bench_harness::overlap::{add_module_traces, instruction_weights, overlap, Range};
 use bench_harness::{perfscript, validate, Branch};
 use breakdance_charts::{LineChart, Series};
 use iced_x86::FlowControl;
@@ -112,24 +112,7 @@ pub fn recorded(scripts: &[PathBuf], module: &ElfModule) -> Result<Recorded> {
         let Some(hot) = hot else {
             continue;
         };
-        let local = |a: u64| map.resolve(a).filter(|(m, _)| *m == hot).map(|(_, v)| v);
-        for t in &script.traces {
-            let entries: Vec<&Branch> = t.execution_order().collect();
-            for e in &entries {
-                if let (Some(from), Some(to)) = (local(e.from), local(e.to)) {
-                    *rec.edges.entry(Branch { from, to }).or_insert(0) += t.count;
-                }
-            }
-            for pair in entries.windows(2) {
-                if let (Some(begin), Some(end)) = (local(pair[0].to), local(pair[1].from)) {
-                    rec.ranges.push(Range {
-                        begin,
-                        end,
-                        count: t.count,
-                    });
-                }
-            }
-        }
+        add_module_traces(&script, &map, hot, &mut rec.edges, &mut rec.ranges);
     }
     Ok(rec)
 }

@@ -14,8 +14,8 @@ mod edges;
 
 use bench_harness::callgrind;
 use bench_harness::elf::ModuleMap;
-use bench_harness::overlap::{overlap, Range};
-use bench_harness::{perfscript, Branch};
+use bench_harness::overlap::{add_module_traces, overlap};
+use bench_harness::perfscript;
 use breakdance_testkit::{have_tool, present_or_skip};
 use edges::Edges;
 use std::path::{Path, PathBuf};
@@ -76,26 +76,8 @@ fn traced(script: &Path, rows: &[edges::SiteRow]) -> Edges {
     let (hot, _) = map
         .module_by_basename("quarter")
         .expect("the program's mmap");
-    let local = |a: u64| map.resolve(a).filter(|(m, _)| *m == hot).map(|(_, v)| v);
-    let mut taken = Edges::new();
-    let mut ranges = Vec::new();
-    for t in &script.traces {
-        let entries: Vec<&Branch> = t.execution_order().collect();
-        for e in &entries {
-            if let (Some(from), Some(to)) = (local(e.from), local(e.to)) {
-                *taken.entry(Branch { from, to }).or_insert(0) += t.count;
-            }
-        }
-        for pair in entries.windows(2) {
-            if let (Some(begin), Some(end)) = (local(pair[0].to), local(pair[1].from)) {
-                ranges.push(Range {
-                    begin,
-                    end,
-                    count: t.count,
-                });
-            }
-        }
-    }
+    let (mut taken, mut ranges) = (Edges::new(), Vec::new());
+    add_module_traces(&script, &map, hot, &mut taken, &mut ranges);
     edges::traced_edges(rows, &taken, &ranges)
 }
 
