@@ -13,13 +13,52 @@ use std::collections::HashMap as StdHashMap;
 /// hasher is enough (see Cargo.toml).
 pub type HashMap<K, V> = StdHashMap<K, V, ahash::RandomState>;
 
-use crate::buffer::{BranchEntry, BufferPool, TraceBuffer};
+use crate::buffer::{BranchEntry, BufferPool, LoadValue, TraceBuffer};
 use crate::unwind::DwarfUnwinder;
 
 /// Distinct traces kept for perf.script; past it, traces still count in
 /// ranges and branches, and `trace_table_full` says how many were left out
 /// of perf.script.
 pub const MAX_DISTINCT_TRACES: usize = 1 << 20;
+
+/// Load instructions a session keeps value histograms for (`values`); the
+/// loads of others are counted (`load_table_full`).
+pub const MAX_LOAD_PCS: usize = 1 << 16;
+/// Distinct values counted exactly per load instruction; later new values
+/// are counted together in [`ValueHistogram::other`].
+pub const VALUES_PER_LOAD: usize = 32;
+
+/// The values one load instruction read, as recorded (`values`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ValueHistogram {
+    /// Executions recorded.
+    pub total: u64,
+    /// Executions whose value was new once `counts` was full.
+    pub other: u64,
+    /// The first [`VALUES_PER_LOAD`] distinct values and how often each
+    /// was read.
+    pub counts: Vec<(u64, u64)>,
+}
+
+impl ValueHistogram {
+    pub fn record(&mut self, value: u64) {
+        self.total += 1;
+        if let Some(c) = self.counts.iter_mut().find(|(v, _)| *v == value) {
+            c.1 += 1;
+        } else if self.counts.len() < VALUES_PER_LOAD {
+            self.counts.push((value, 1));
+        } else {
+            self.other += 1;
+        }
+    }
+
+    /// The values, most frequent first (ties by value).
+    pub fn sorted(&self) -> Vec<(u64, u64)> {
+        let mut v = self.counts.clone();
+        v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+}
 
 /// Everything a session has gathered.
 #[derive(Default)]
@@ -40,6 +79,10 @@ pub struct Aggregate {
     /// Traces not kept for perf.script because the table was full.
     pub traces_not_kept: u64,
     pub entries_not_kept: u64,
+    /// Load instruction → the values it read (`values`).
+    pub loads: HashMap<u64, ValueHistogram>,
+    /// Loads not kept because `loads` had [`MAX_LOAD_PCS`] instructions.
+    pub loads_not_kept: u64,
 }
 
 /// A trace with its call stack, as the key of [`Aggregate::stacked`]:
@@ -112,9 +155,23 @@ impl Aggregate {
         }
     }
 
-    /// Adds a buffer's traces; stack snapshots (`unwind=dwarf`) become
-    /// call stacks of at most `depth` frames through `unwinder`.
+    /// Adds recorded loads to their instructions' histograms.
+    pub fn add_loads(&mut self, loads: &[LoadValue]) {
+        for l in loads {
+            if let Some(h) = self.loads.get_mut(&l.pc) {
+                h.record(l.value);
+            } else if self.loads.len() < MAX_LOAD_PCS {
+                self.loads.entry(l.pc).or_default().record(l.value);
+            } else {
+                self.loads_not_kept += 1;
+            }
+        }
+    }
+
+    /// Adds a buffer's traces and loads; stack snapshots (`unwind=dwarf`)
+    /// become call stacks of at most `depth` frames through `unwinder`.
     pub fn add_buffer(&mut self, buffer: &TraceBuffer, unwinder: &mut DwarfUnwinder, depth: usize) {
+        self.add_loads(buffer.values());
         for (entries, _end, stack) in buffer.traces() {
             if stack.first() == Some(&crate::emulate::stack::SNAPSHOT) {
                 let frames = unwinder.frames(stack, depth);
@@ -175,6 +232,22 @@ mod tests {
 
     fn e(from: u64, to: u64) -> BranchEntry {
         BranchEntry { from, to }
+    }
+
+    #[test]
+    fn value_histograms_count_exactly_then_overflow_into_other() {
+        let mut agg = Aggregate::default();
+        let load = |pc, value| LoadValue { pc, value };
+        let mut loads = vec![load(0x10, 7); 5];
+        loads.extend((0..VALUES_PER_LOAD as u64 + 3).map(|v| load(0x20, 100 + v)));
+        loads.push(load(0x20, 100));
+        agg.add_loads(&loads);
+        let a = &agg.loads[&0x10];
+        assert_eq!((a.total, a.other, a.sorted()), (5, 0, vec![(7, 5)]));
+        let b = &agg.loads[&0x20];
+        assert_eq!((b.total, b.other), (VALUES_PER_LOAD as u64 + 4, 3));
+        assert_eq!(b.sorted()[0], (100, 2));
+        assert_eq!(agg.loads_not_kept, 0);
     }
 
     #[test]

@@ -23,6 +23,16 @@ pub const BUFFER_TRACES: usize = 4_096;
 /// zeroed by the allocator and never touched without call stacks, so
 /// they cost no resident memory then.
 pub const BUFFER_FRAMES: usize = 65_536;
+/// Load values per buffer (`values`): 65536 × 16 bytes = 1 MiB, zeroed by
+/// the allocator and never touched without `values`, so they cost no
+/// resident memory then.
+pub const BUFFER_VALUES: usize = 65_536;
+/// Room for load values a buffer must have left to take another trace
+/// with `values`: one segment's worth at most (a pass runs at most
+/// `emulate::MAX_TAIL_STEPS` steps, one load each at most). A trace of
+/// several long segments can still fill it; the loads that find no room
+/// are counted (`load_buffer_full`).
+pub const VALUES_PER_TRACE: usize = 8_192;
 /// Buffers made in all, for the life of the process (about 320 KiB each, so
 /// at most 320 MiB). A thread takes one at its first sample; the worker
 /// keeps a few spare plus the recent demand (`top_up`); samples that find
@@ -37,6 +47,14 @@ pub const MIN_SPARE_BUFFERS: usize = 4;
 pub struct BranchEntry {
     pub from: u64,
     pub to: u64,
+}
+
+/// One executed load of a validated segment (`values`): the load
+/// instruction's address and the value it read, zero-extended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Zeroable)]
+pub struct LoadValue {
+    pub pc: u64,
+    pub value: u64,
 }
 
 /// Why a trace ended early: declared with its summary.json counter in the
@@ -69,6 +87,10 @@ pub struct TraceBuffer {
     traces: Box<[MaybeUninit<TraceRecord>]>,
     /// Call-stack frames of the closed traces, leaf first each.
     frames: Box<[u64]>,
+    /// Loads of validated segments with their values (`values`), in the
+    /// order they were validated; not tied to traces.
+    values: Box<[LoadValue]>,
+    n_values: usize,
     n_entries: usize,
     n_traces: usize,
     n_frames: usize,
@@ -94,6 +116,9 @@ impl TraceBuffer {
             // Zeroed pages from the allocator, left untouched (see
             // BUFFER_FRAMES).
             frames: vec![0u64; BUFFER_FRAMES].into_boxed_slice(),
+            // Zeroed pages, untouched without `values`.
+            values: bytemuck::zeroed_slice_box(BUFFER_VALUES),
+            n_values: 0,
             n_entries: 0,
             n_traces: 0,
             n_frames: 0,
@@ -103,12 +128,27 @@ impl TraceBuffer {
     }
 
     /// Whether a whole trace of `n` entries, with a call stack of `frames`
-    /// frames, fits. Async-signal-safe.
-    pub fn has_room(&self, n: usize, frames: usize) -> bool {
+    /// frames and `values` load values, fits. Async-signal-safe.
+    pub fn has_room(&self, n: usize, frames: usize, values: usize) -> bool {
         self.open.is_none()
             && self.n_entries + n <= self.entries.len()
             && self.n_traces < self.traces.len()
             && self.n_frames + frames <= self.frames.len()
+            && self.n_values + values <= self.values.len()
+    }
+
+    /// Appends the loads of a validated segment, as many as fit; returns
+    /// how many did. Async-signal-safe.
+    pub fn push_values(&mut self, loads: &[LoadValue]) -> usize {
+        let n = loads.len().min(self.values.len() - self.n_values);
+        self.values[self.n_values..self.n_values + n].copy_from_slice(&loads[..n]);
+        self.n_values += n;
+        n
+    }
+
+    /// The loads recorded with their values, oldest first.
+    pub fn values(&self) -> &[LoadValue] {
+        &self.values[..self.n_values]
     }
 
     /// Opens a trace. Async-signal-safe.
@@ -183,8 +223,9 @@ impl TraceBuffer {
         true
     }
 
+    /// No closed trace and no load value.
     pub fn is_empty(&self) -> bool {
-        self.n_traces == 0
+        self.n_traces == 0 && self.n_values == 0
     }
 
     /// Closed traces, oldest first, each oldest branch first, with how it
@@ -208,6 +249,7 @@ impl TraceBuffer {
         self.n_entries = 0;
         self.n_traces = 0;
         self.n_frames = 0;
+        self.n_values = 0;
         self.open = None;
         self.open_stack = (0, 0);
     }
@@ -359,7 +401,7 @@ mod tests {
     #[test]
     fn traces_come_back_in_order_with_their_ends() {
         let mut b = TraceBuffer::new();
-        assert!(b.has_room(32, 0));
+        assert!(b.has_room(32, 0, 0));
         b.open_trace();
         assert!(b.push(BranchEntry { from: 1, to: 2 }));
         assert!(b.push(BranchEntry { from: 3, to: 4 }));
@@ -405,10 +447,35 @@ mod tests {
         let stacks: Vec<Vec<u64>> = b.traces().map(|(_, _, s)| s.to_vec()).collect();
         assert_eq!(stacks, [vec![0x20, 0x30, 0x40], vec![], vec![0x60]]);
         // The frame store bounds the room for a trace with a stack.
-        assert!(b.has_room(1, BUFFER_FRAMES - 4));
-        assert!(!b.has_room(1, BUFFER_FRAMES - 3));
+        assert!(b.has_room(1, BUFFER_FRAMES - 4, 0));
+        assert!(!b.has_room(1, BUFFER_FRAMES - 3, 0));
         b.open_trace();
         assert!(!b.set_stack(&vec![7; BUFFER_FRAMES - 3]));
+    }
+
+    #[test]
+    fn load_values_fill_their_store_and_go_with_clear() {
+        let mut b = TraceBuffer::new();
+        assert!(b.is_empty());
+        let loads: Vec<LoadValue> = (0..3)
+            .map(|i| LoadValue {
+                pc: 0x1000 + i,
+                value: i * 7,
+            })
+            .collect();
+        assert_eq!(b.push_values(&loads), 3);
+        // Values alone make the buffer worth draining.
+        assert!(!b.is_empty());
+        assert_eq!(b.values(), &loads[..]);
+        assert!(b.has_room(1, 0, BUFFER_VALUES - 3));
+        assert!(!b.has_room(1, 0, BUFFER_VALUES - 2));
+        // What does not fit is refused, and the caller told how much fit.
+        let many = vec![LoadValue { pc: 1, value: 2 }; BUFFER_VALUES];
+        assert_eq!(b.push_values(&many), BUFFER_VALUES - 3);
+        assert_eq!(b.push_values(&loads), 0);
+        assert_eq!(b.values().len(), BUFFER_VALUES);
+        b.clear();
+        assert!(b.is_empty() && b.values().is_empty());
     }
 
     #[test]
@@ -416,7 +483,7 @@ mod tests {
         let mut b = TraceBuffer::new();
         let n = 1000;
         let mut traces = 0;
-        while b.has_room(n, 0) {
+        while b.has_room(n, 0, 0) {
             b.open_trace();
             for i in 0..n {
                 assert!(b.push(BranchEntry {

@@ -121,6 +121,10 @@ fn allocations_in(mode: &str, more: &str) -> u64 {
          {breakpoints} breakpoints, {segments} emulated segments"
     );
     assert!(summary.contains("\"traces_completed\""));
+    if more.contains("values") {
+        let loads = after.loads_recorded - before.loads_recorded;
+        assert!(loads > 1000, "{mode} {more}: only {loads} loads recorded");
+    }
     if more.contains("callstack") {
         let stacks = after.callstacks - before.callstacks;
         assert!(
@@ -145,6 +149,7 @@ fn handlers_allocate_nothing_while_real_signals_fire() {
         ("verify", ""),
         ("emulate", "callstack=128"),
         ("emulate", "callstack=128 unwind=dwarf"),
+        ("emulate", "values=1"),
     ] {
         assert_eq!(
             allocations_in(mode, more),

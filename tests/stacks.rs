@@ -15,13 +15,15 @@ use common::*;
 /// beyond the kernel's signal frame (AT_MINSIGSTKSZ).
 const HANDLER_STACK_BUDGET: u64 = 4096;
 
-/// Each look-ahead mode, and emulate with call stacks taken each way.
-const MODES: [(&str, &[&str]); 5] = [
+/// Each look-ahead mode, emulate with call stacks taken each way, and
+/// emulate recording load values.
+const MODES: [(&str, &[&str]); 6] = [
     ("paper", &["--lookahead", "paper"]),
     ("emulate", &["--lookahead", "emulate"]),
     ("verify", &["--lookahead", "verify"]),
     ("emulate -g", &["-g"]),
     ("emulate -g dwarf", &["-g", "--unwind", "dwarf"]),
+    ("emulate --values", &["--values"]),
 ];
 
 /// Rounds of work per thread: about 0.15 s of CPU each here, so that a

@@ -41,6 +41,9 @@ Outputs (in the output directory, written when a session stops):
   NAME.bolt.fdata  per module, for llvm-bolt -pa
   NAME.prof        per module with debug info, with --profgen: the
                    llvm-profgen profile for clang -fprofile-sample-use
+  values.csv       with --values: per load instruction, the values it read
+  values.txt       with --values, from record: values.csv by function and
+                   source line, most recorded loads first
   summary.json     counters of the session";
 
 #[derive(Debug, Parser)]
@@ -212,6 +215,23 @@ pub struct SessionArgs {
     )]
     pub unwind: Option<Unwind>,
     #[arg(
+        long,
+        help = "also record the value every load of the emulated, validated segments read: \
+                values.csv (and values.txt from record) gives each load's most frequent values \
+                and its invariance",
+        long_help = "also record the value every load read, for value profiles (which values \
+                     a load sees, and how often its most frequent one): what value \
+                     specialisation and memcpy-size specialisation need.\n\
+                     A load is an instruction with a memory operand that only reads it, 1 to 8 \
+                     bytes (mov, movzx, cmp and add from memory …), not the stack's pops and \
+                     returns, string instructions, or instructions that also store. Only loads \
+                     of segments validated at their checkpoint (or proven) are kept, so every \
+                     value is one the program read. values.csv lists each load's ELF address, \
+                     executions and values; `record` also writes values.txt, symbolised by \
+                     function and source line. Emulate mode only."
+    )]
+    pub values: bool,
+    #[arg(
         short,
         long,
         value_name = "DIR",
@@ -241,6 +261,7 @@ impl SessionArgs {
                 .call_graph
                 .then(|| self.stack_depth.unwrap_or(DEFAULT_CALLSTACK)),
             unwind: self.unwind,
+            values: self.values.then_some(true),
         }
     }
 }
@@ -427,6 +448,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, UsageEr
                 let mode = s.lookahead.unwrap_or_default();
                 if s.call_graph && mode != Lookahead::Emulate {
                     return Err(UsageError(OptionError::CallstackMode.to_string()));
+                }
+                if s.values && mode != Lookahead::Emulate {
+                    return Err(UsageError(OptionError::ValuesMode.to_string()));
                 }
             }
             Ok(Parsed::Run(cli))

@@ -13,6 +13,7 @@ mod signals;
 mod summary;
 mod trust;
 mod usage;
+mod values;
 
 use std::process::ExitCode;
 

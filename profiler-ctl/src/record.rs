@@ -140,6 +140,20 @@ pub fn run(args: &RecordArgs) -> Result<Exit> {
                 .find(|(module, _, _)| Some(module) == binary.as_ref())
                 .map(|(_, _, more_samples)| *more_samples);
         }
+        if summary.config.values {
+            match crate::values::write_text(&summary.output_dir) {
+                Ok(loads) if !args.quiet => eprint!(
+                    "value profile: {} (the most recorded loads):\n{}",
+                    summary
+                        .output_dir
+                        .join(crate::values::VALUES_TEXT_FILE)
+                        .display(),
+                    crate::values::render(&loads, Some(5))
+                ),
+                Ok(_) => {}
+                Err(e) => eprintln!("profiler-ctl: no value profile: {e:#}"),
+            }
+        }
         if let (Some(binary), false) = (&binary, args.quiet) {
             eprint!(
                 "{}",

@@ -153,6 +153,16 @@ pub fn render(
             c.callstacks, c.callstacks_truncated, config.callstack, c.callstacks_missing
         );
     }
+    if config.values {
+        let _ = writeln!(
+            out,
+            "  values: {} loads recorded with their values; {} found the buffer full, {} the \
+             table of load instructions full",
+            c.loads_recorded,
+            summary.counters.drops.load_buffer_full,
+            summary.counters.drops.load_table_full
+        );
+    }
     let (resolved, evaluated) = (c.statically_resolved, c.dynamically_evaluated);
     if c.segments > 0 {
         let per_trace = if c.traces_started > 0 {
@@ -355,6 +365,7 @@ mod tests {
                 lookahead: Lookahead::Paper,
                 callstack: 0,
                 unwind: breakdance_protocol::Unwind::Fp,
+                values: false,
             },
             duration_ns: 2_000_000_000,
             threads: 1,

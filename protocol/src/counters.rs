@@ -166,6 +166,9 @@ macro_rules! for_each_counter {
             /// emulation took the stack), or the buffer's frame store was
             /// full. With `callstacks`, every trace written.
             callstacks_missing: Count,
+            /// `values`: loads of validated segments written to a buffer
+            /// with their values (one per executed load instruction).
+            loads_recorded: Count,
             }
             drops {
             /// Samples dropped because no free buffer was left.
@@ -182,6 +185,12 @@ macro_rules! for_each_counter {
             trace_table_full,
             /// The taken branches of those traces.
             trace_table_full_entries,
+            /// `values`: loads of validated segments the buffer's value
+            /// store had no room for.
+            load_buffer_full,
+            /// `values`: recorded loads the worker's table of load
+            /// instructions had no room for (not in values.csv).
+            load_table_full,
             }
         }
     };

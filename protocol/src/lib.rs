@@ -17,7 +17,9 @@
 //!   virtual addresses and profile offsets every output names code by;
 //! - [`socket_path`]: where a process's control socket lives, for the
 //!   library that binds it and profiler-ctl that finds it;
-//! - [`user`]: how both name a user in a refusal.
+//! - [`user`]: how both name a user in a refusal;
+//! - [`values`]: values.csv, the value profile of a session with
+//!   `values`, read by profiler-ctl and bench-harness.
 //!
 //! The crate is on the ground floor: it imports nothing of the tracer.
 
@@ -29,6 +31,7 @@ pub mod perfscript;
 pub mod socket_path;
 mod summary;
 pub mod user;
+pub mod values;
 
 pub use control::{Request, RequestError, StatusReply};
 pub use counters::{AbortReason, Aborts, CounterKind, Counters, Drops, Host};

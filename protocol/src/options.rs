@@ -46,7 +46,7 @@ pub const PERF_SCRIPT_FILE: &str = "perf.script";
 
 /// Every variable the library reads at load time. A launcher sets or clears
 /// all of them, so values left in its environment do not mix with its own.
-pub const ENV_VARIABLES: [&str; 12] = [
+pub const ENV_VARIABLES: [&str; 13] = [
     "BREAKDANCE_AUTOSTART",
     "BREAKDANCE_EVENT",
     "BREAKDANCE_PERIOD",
@@ -59,10 +59,11 @@ pub const ENV_VARIABLES: [&str; 12] = [
     "BREAKDANCE_FORCE_DIR",
     "BREAKDANCE_CALLSTACK",
     "BREAKDANCE_UNWIND",
+    "BREAKDANCE_VALUES",
 ];
 
 /// The session options and the variable each is read from at autostart.
-const OPTION_VARIABLES: [(&str, &str); 9] = [
+const OPTION_VARIABLES: [(&str, &str); 10] = [
     ("event", "BREAKDANCE_EVENT"),
     ("period", "BREAKDANCE_PERIOD"),
     ("freq", "BREAKDANCE_FREQ"),
@@ -72,6 +73,7 @@ const OPTION_VARIABLES: [(&str, &str); 9] = [
     ("force_dir", "BREAKDANCE_FORCE_DIR"),
     ("callstack", "BREAKDANCE_CALLSTACK"),
     ("unwind", "BREAKDANCE_UNWIND"),
+    ("values", "BREAKDANCE_VALUES"),
 ];
 
 /// The sampling event that picks trace starts.
@@ -226,10 +228,14 @@ pub enum OptionError {
     CallstackRange(String),
     #[error("callstack needs lookahead emulate: the call stack is taken from the emulated state at the trace's newest branch")]
     CallstackMode,
+    #[error("values must be 1 or 0, got '{0}'")]
+    Values(String),
+    #[error("values needs lookahead emulate: the loads are seen by the emulator in the segments it validates")]
+    ValuesMode,
     #[error("unwind must be fp or dwarf, got '{0}'")]
     Unwind(String),
     #[error(
-        "unknown option '{0}' (known: event, period, freq, lbr, out, lookahead, force_dir, callstack, unwind)"
+        "unknown option '{0}' (known: event, period, freq, lbr, out, lookahead, force_dir, callstack, unwind, values)"
     )]
     UnknownOption(String),
     #[error("lookahead must be paper, emulate or verify, got '{0}'")]
@@ -262,6 +268,9 @@ pub struct SessionOptions {
     pub callstack: Option<u32>,
     /// How the frames older than the trace's own calls are found.
     pub unwind: Option<Unwind>,
+    /// Record the value of every load the validated segments executed
+    /// (value profiles); `None` leaves it off.
+    pub values: Option<bool>,
 }
 
 /// How `callstack` finds the frames the trace did not see called.
@@ -333,6 +342,13 @@ impl SessionOptions {
                 self.callstack = Some(n);
             }
             "lookahead" => self.lookahead = Some(Lookahead::parse(value)?),
+            "values" => {
+                self.values = Some(match value {
+                    "1" => true,
+                    "0" => false,
+                    _ => return Err(OptionError::Values(value.to_string())),
+                })
+            }
             "force_dir" => {
                 self.force_dir = match value {
                     "1" => true,
@@ -384,6 +400,9 @@ impl SessionOptions {
         }
         if let Some(u) = self.unwind {
             pairs.push(("unwind", u.name().to_string()));
+        }
+        if let Some(v) = self.values {
+            pairs.push(("values", u8::from(v).to_string()));
         }
         pairs
     }
@@ -494,8 +513,11 @@ mod tests {
 
     #[test]
     fn words_round_trip_and_validate() {
-        let o = SessionOptions::parse_words("event=task-clock period=200000 lbr=64 out=/tmp/x")
-            .unwrap();
+        let o = SessionOptions::parse_words(
+            "event=task-clock period=200000 lbr=64 out=/tmp/x values=1",
+        )
+        .unwrap();
+        assert_eq!(o.values, Some(true));
         assert_eq!(o.event, Some(Event::TaskClock));
         assert_eq!((o.period, o.lbr), (Some(200_000), Some(64)));
         assert_eq!(SessionOptions::parse_words(&o.to_words().unwrap()), Ok(o));
@@ -512,6 +534,7 @@ mod tests {
                 OptionError::RetiredLookahead("dataflow".into(), Lookahead::RETIRED[0].1),
             ),
             ("force_dir=yes", OptionError::ForceDir("yes".into())),
+            ("values=yes", OptionError::Values("yes".into())),
         ] {
             assert_eq!(SessionOptions::parse_words(words), Err(error), "{words}");
         }

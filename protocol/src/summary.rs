@@ -63,6 +63,9 @@ pub struct SessionConfig {
     /// How the call stacks were unwound.
     #[serde(default)]
     pub unwind: crate::options::Unwind,
+    /// Load values were recorded (`values`): values.csv.
+    #[serde(default)]
+    pub values: bool,
 }
 
 impl Default for SessionConfig {
@@ -75,6 +78,7 @@ impl Default for SessionConfig {
             lookahead: Lookahead::default(),
             callstack: 0,
             unwind: crate::options::Unwind::Fp,
+            values: false,
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct Resolved {
     /// Frames per call stack; 0: none.
     pub callstack: usize,
     pub unwind: breakdance_protocol::Unwind,
+    /// Record load values (value profiles).
+    pub values: bool,
 }
 
 /// Picks the default event (a hardware branch event where a PMU exists,
@@ -90,6 +92,10 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
     if callstack > 0 && lookahead != breakdance_protocol::Lookahead::Emulate {
         return Err(OptionError::CallstackMode.into());
     }
+    let values = o.values.unwrap_or(false);
+    if values && lookahead != breakdance_protocol::Lookahead::Emulate {
+        return Err(OptionError::ValuesMode.into());
+    }
     Ok(Resolved {
         event,
         sampling: SamplingEvent {
@@ -106,6 +112,7 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
         lookahead,
         callstack,
         unwind: o.unwind.unwrap_or_default(),
+        values,
     })
 }
 

@@ -278,6 +278,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     tracer
         .callstack
         .store(resolved.callstack, Ordering::Relaxed);
+    tracer.values.store(resolved.values, Ordering::Relaxed);
     tracer.unwind_dwarf.store(
         resolved.unwind == breakdance_protocol::Unwind::Dwarf,
         Ordering::Relaxed,
@@ -467,6 +468,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
             lookahead: r.lookahead,
             callstack: r.callstack as u32,
             unwind: r.unwind,
+            values: r.values,
         },
         duration_ns: sys::now_ns() - running.started_ns,
         threads: tracer.threads_registered.load(Ordering::Relaxed),

@@ -19,6 +19,7 @@ pub mod context;
 pub mod memory;
 mod predict;
 pub mod stack;
+pub mod values;
 pub mod visits;
 
 pub use predict::{Prediction, Predictions, MAX_PREDICTIONS};
@@ -33,6 +34,7 @@ use crate::exec_map::ExecMap;
 use code::Code;
 use memory::{AccessError, LiveMemory, MemoryCheck, Probe};
 use stack::{CallStack, Shadow, STACK_SPAN};
+use values::ValueLog;
 use visits::Visits;
 
 /// Instructions one segment may emulate (bounded by the visit table).
@@ -101,6 +103,12 @@ pub struct SpecMemory {
     /// step).
     step_mutable_reads: u32,
     step_mutable_addr: u64,
+    /// Reads and stores the step being run made, and the value of its
+    /// last read: a step with one read and no store is a load (see
+    /// [`values`]).
+    step_reads: u32,
+    step_stores: u32,
+    step_value: u64,
 }
 
 impl SpecMemory {
@@ -182,6 +190,8 @@ impl x86_sem::Memory for SpecMemory {
                     AccessError::Fault(_) => MemError::Fault { addr, write: false },
                     AccessError::LogFull => MemError::Refused { addr },
                 })?;
+        self.step_reads += 1;
+        self.step_value = value;
         if real && !self.is_immutable(addr, size) {
             if self.step_mutable_reads == 0 {
                 self.step_mutable_addr = addr;
@@ -193,6 +203,7 @@ impl x86_sem::Memory for SpecMemory {
 
     #[inline]
     fn store(&mut self, addr: u64, size: usize, value: u64) -> Result<(), MemError> {
+        self.step_stores += 1;
         self.live
             .store(addr, size, value)
             .map_err(|_| MemError::Refused { addr })
@@ -435,6 +446,8 @@ pub struct Emulator {
     stack: Box<CallStack>,
     /// The state predicted at the checkpoint of the last segment.
     pub predicted: CpuState,
+    /// The last pass's loads and their values (`values`).
+    values: ValueLog,
 }
 
 impl Emulator {
@@ -462,6 +475,9 @@ impl Emulator {
                 decodes: 0,
                 step_mutable_reads: 0,
                 step_mutable_addr: 0,
+                step_reads: 0,
+                step_stores: 0,
+                step_value: 0,
             });
             addr_of_mut!((*p).start).write(INITIAL);
             addr_of_mut!((*p).visits).write(Visits::new());
@@ -472,6 +488,7 @@ impl Emulator {
             addr_of_mut!((*p).shadow).write(bytemuck::zeroed_box());
             addr_of_mut!((*p).stack).write(bytemuck::zeroed_box());
             addr_of_mut!((*p).predicted).write(INITIAL);
+            addr_of_mut!((*p).values).write(ValueLog::new());
             emulator.assume_init()
         }
     }
@@ -492,6 +509,7 @@ impl Emulator {
             shadow: _,
             stack: _,
             predicted: _,
+            values: _,
         } = self;
     }
 
@@ -507,6 +525,18 @@ impl Emulator {
     pub fn set_callstack(&mut self, depth: usize, snapshot: bool) {
         self.callstack_depth = depth.min(stack::MAX_FRAMES);
         self.snapshot_stacks = snapshot;
+    }
+
+    /// Whether the next runs log their loads and values (see [`values`]).
+    pub fn set_values(&mut self, on: bool) {
+        self.values.on = on;
+    }
+
+    /// The loads, with their values, of the first `steps` steps of the
+    /// last run's segment (its `Segment::steps`): empty unless
+    /// [`Emulator::set_values`] turned logging on.
+    pub fn values_upto(&self, steps: u32) -> &[crate::buffer::LoadValue] {
+        self.values.upto(steps)
     }
 
     /// A new trace begins: its calls so far are not known.
@@ -820,6 +850,8 @@ impl Emulator {
         let mut arrivals = 0u32;
         self.cpu.mem.live.reset();
         self.visits.reset();
+        self.values.clear();
+        let log_values = self.values.on;
         let callstacks = self.callstack_depth > 0;
         if callstacks {
             self.stack.clear();
@@ -945,6 +977,8 @@ impl Emulator {
             }
             let (rsp, rbp) = (self.cpu.regs.gpr[4], self.cpu.regs.gpr[5]);
             self.cpu.mem.step_mutable_reads = 0;
+            self.cpu.mem.step_reads = 0;
+            self.cpu.mem.step_stores = 0;
             let stepped = x86_sem::step(&mut self.cpu, table, &mut self.code);
             self.steps_run += 1;
             // A read another thread could change ends the tail, and a pass
@@ -975,6 +1009,13 @@ impl Emulator {
             }
             match stepped {
                 Ok(r) => {
+                    if log_values
+                        && self.cpu.mem.step_reads == 1
+                        && self.cpu.mem.step_stores == 0
+                        && self.code.get(pc).is_some_and(|i| i.has_memory_operand())
+                    {
+                        self.values.push(steps, pc, self.cpu.mem.step_value);
+                    }
                     if rep_start.is_none() {
                         // A rep string instruction traps once, however
                         // many steps it takes. A fresh point past the Nth

@@ -10,6 +10,34 @@ use breakdance_protocol::perfscript::{self, Branch, Mmap};
 use crate::aggregate::{Aggregate, StackedTrace};
 use crate::modules::Module;
 
+/// values.csv (see `breakdance_protocol::values`): one row per load
+/// instruction in a module, most executed first (ties by address, so equal
+/// runs give equal files). Loads outside every module are not written.
+pub fn values_csv(agg: &Aggregate, modules: &[Module]) -> String {
+    use breakdance_protocol::values::{LoadRow, VALUES_HEADER};
+    let mut rows: Vec<(u64, u64, LoadRow)> = Vec::new();
+    for (&pc, h) in &agg.loads {
+        let Some(m) = modules.iter().find(|m| m.contains(pc)) else {
+            continue;
+        };
+        let row = LoadRow {
+            module: m.path.clone(),
+            vaddr: m.vaddr_of(pc),
+            executions: h.total,
+            other: h.other,
+            values: h.sorted(),
+        };
+        rows.push((h.total, pc, row));
+    }
+    rows.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut out = format!("{VALUES_HEADER}\n");
+    for (_, _, row) in rows {
+        out.push_str(&row.to_line());
+        out.push('\n');
+    }
+    out
+}
+
 /// `perf script -F ip,brstack --show-mmap-events` text, as llvm-profgen
 /// `--perfscript` reads it: a PERF_RECORD_MMAP2 line per executable file
 /// mapping, then one line per distinct trace (newest branch first),

@@ -15,6 +15,8 @@ use breakdance_protocol::{
     ModuleSummary, SessionConfig, Summary, PERF_SCRIPT_FILE, SCHEMA_VERSION, SUMMARY_FILE,
 };
 
+use breakdance_protocol::values::VALUES_FILE;
+
 use crate::aggregate::Aggregate;
 use crate::modules::Module;
 use crate::trace::counters::CounterValues;
@@ -81,6 +83,10 @@ pub fn write_session(
         }
     }
     let mut files = vec![PERF_SCRIPT_FILE.to_string()];
+    let values = report.config.values;
+    if values {
+        files.push(VALUES_FILE.to_string());
+    }
     for (_, afdo, bolt, _) in &profiles {
         files.push(afdo.clone());
         files.push(bolt.clone());
@@ -94,6 +100,9 @@ pub fn write_session(
         PERF_SCRIPT_FILE,
         formats::perf_script(agg, modules, report.pid).as_bytes(),
     )?;
+    if values {
+        dir.write_atomic(VALUES_FILE, formats::values_csv(agg, modules).as_bytes())?;
+    }
     let mut module_rows = Vec::new();
     for (m, afdo, bolt, p) in profiles {
         dir.write_atomic(&afdo, formats::afdo_text(&p, &m.layout).as_bytes())?;
@@ -107,6 +116,7 @@ pub fn write_session(
     counters.drops.thread_table_full += report.thread_table_full;
     counters.drops.trace_table_full += agg.traces_not_kept;
     counters.drops.trace_table_full_entries += agg.entries_not_kept;
+    counters.drops.load_table_full += agg.loads_not_kept;
     let summary = Summary {
         schema: SCHEMA_VERSION,
         pid: report.pid as u32,

@@ -83,6 +83,22 @@ fn run_counted(
     outcome
 }
 
+/// Copies the loads of the segment just validated (its first `steps`
+/// steps) to the thread's buffer, with `values` on; counts what found no
+/// room.
+fn record_values(t: &mut ThreadTrace, c: &Counters, steps: u32) {
+    let (Some(emu), Some(buffer)) = (t.emu.as_ref(), t.buffer.as_mut()) else {
+        return;
+    };
+    let loads = emu.values_upto(steps);
+    if loads.is_empty() {
+        return;
+    }
+    let kept = buffer.push_values(loads);
+    Counters::add(&c.loads_recorded, kept as u64);
+    Counters::add(&c.load_buffer_full, (loads.len() - kept) as u64);
+}
+
 /// A sample under `MEASURE` (not off): see there.
 fn measure_sample(
     tracer: &Tracer,
@@ -227,6 +243,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
             committed,
             tail,
             end: segment_end,
+            steps,
             ..
         } => {
             Counters::bump(&c.checkpoints);
@@ -249,6 +266,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
                     if tail > 0 {
                         Counters::bump(&c.proven_tails);
                     }
+                    record_values(t, c, steps);
                     match segment_end {
                         SegmentEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
                         SegmentEnd::Continue => advance(tracer, slot, t, true),
@@ -302,6 +320,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
         tracer.callstack.load(Ordering::Relaxed),
         tracer.unwind_dwarf.load(Ordering::Relaxed),
     );
+    emu.set_values(tracer.values.load(Ordering::Relaxed));
     // Before the first push: whatever happens to this handler, the entries
     // after `committed` are not the trace's until validated.
     t.committed = Some(committed);
@@ -316,6 +335,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
             Counters::add(&c.entries_recorded, seg.entries as u64);
             Counters::add(&c.proven_entries, seg.entries as u64);
             t.committed = None;
+            record_values(t, c, seg.steps);
             end_trace(tracer, slot, t, TraceEnd::Complete);
             return;
         }
@@ -330,6 +350,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
                     committed,
                     tail: seg.tail_entries,
                     end: seg.end,
+                    steps: seg.steps,
                 },
             )
         }

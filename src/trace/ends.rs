@@ -65,7 +65,15 @@ pub(super) fn make_room(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace)
     let c = &slot.counters;
     let lbr = tracer.lbr.load(Ordering::Relaxed);
     let frames = tracer.stack_words();
-    let needs_swap = t.buffer.as_ref().is_some_and(|b| !b.has_room(lbr, frames));
+    let values = if tracer.values.load(Ordering::Relaxed) {
+        crate::buffer::VALUES_PER_TRACE
+    } else {
+        0
+    };
+    let needs_swap = t
+        .buffer
+        .as_ref()
+        .is_some_and(|b| !b.has_room(lbr, frames, values));
     if needs_swap {
         if let Some(full) = t.buffer.take() {
             // The queue holds every buffer the pool ever made: no overflow.

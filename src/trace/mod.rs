@@ -175,6 +175,9 @@ pub enum Awaiting {
         committed: usize,
         tail: usize,
         end: crate::emulate::SegmentEnd,
+        /// The segment's steps: its loads are the emulator's up to here
+        /// (`values`).
+        steps: u32,
     },
     /// Emulate: the thread runs one instruction the emulator cannot; at
     /// `at` the state is exact again.
@@ -422,6 +425,9 @@ pub struct Tracer {
     /// Call stacks are stack snapshots for the worker's DWARF unwinder
     /// (`unwind=dwarf`), not frame-pointer walks.
     pub unwind_dwarf: AtomicBool,
+    /// Loads of validated segments are recorded with their values
+    /// (`values`).
+    pub values: AtomicBool,
     /// Sessions accept new threads only while this is set.
     pub running: AtomicBool,
     /// Counters of threads retired during the session.
@@ -458,6 +464,7 @@ pub fn tracer_or_init() -> &'static Tracer {
         lookahead: AtomicU8::new(Lookahead::Emulate as u8),
         callstack: AtomicUsize::new(0),
         unwind_dwarf: AtomicBool::new(false),
+        values: AtomicBool::new(false),
         running: AtomicBool::new(false),
         retired: Counters::default(),
         table_full: Default::default(),

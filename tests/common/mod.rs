@@ -208,13 +208,15 @@ pub const ABORT_KINDS: [&str; 15] = [
     "emulation_fault",
     "handler_abandoned",
 ];
-pub const DROP_KINDS: [&str; 6] = [
+pub const DROP_KINDS: [&str; 8] = [
     "no_free_buffer",
     "no_free_state",
     "thread_table_full",
     "trace_table_full",
     "trace_table_full_entries",
     "buffer_overflow_entries",
+    "load_buffer_full",
+    "load_table_full",
 ];
 
 /// Traces (repeat counts included) and entries in a perf.script text,
@@ -318,6 +320,31 @@ pub fn check_reconciles(rec: &Recording) {
             c("validated_entries") + c("proven_entries"),
             "emulate: entries_recorded ≠ validated_entries + proven_entries: {s}"
         );
+    }
+    if s["config"]["values"] == true {
+        let path = rec.dir.join(breakdance_protocol::values::VALUES_FILE);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let rows = breakdance_protocol::values::parse_values(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let listed: u64 = rows.iter().map(|r| r.executions).sum();
+        assert_eq!(
+            c("loads_recorded"),
+            listed + c("drops.load_table_full"),
+            "loads_recorded ≠ Σ executions in values.csv ({listed}) + load_table_full: {s}"
+        );
+        assert!(
+            c("loads_recorded") + c("drops.load_buffer_full") <= c("emulated_steps"),
+            "more loads recorded than steps emulated (one load per step at most): {s}"
+        );
+        for r in &rows {
+            let counted: u64 = r.values.iter().map(|v| v.1).sum();
+            assert_eq!(
+                counted + r.other,
+                r.executions,
+                "a values.csv row's values and other do not add up to its executions: {r:?}"
+            );
+        }
     }
     let (traces, entries) = raw_script_counts(&rec.dir.join("perf.script"));
     assert_eq!(

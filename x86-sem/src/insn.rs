@@ -268,6 +268,16 @@ impl Insn {
         }
     }
 
+    /// Whether one of the operands is an explicit memory operand (base,
+    /// index, scale, displacement): not the implicit stack slot of push,
+    /// pop, call and ret, nor a string instruction's [rsi] or [rdi]. A
+    /// `lea` has one too, though it reads no memory.
+    #[must_use]
+    #[inline]
+    pub fn has_memory_operand(&self) -> bool {
+        self.op.contains(&MEM)
+    }
+
     /// Operand `n`'s general-purpose register number (0–15), if it is one.
     #[must_use]
     #[inline]
