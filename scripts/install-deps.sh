@@ -45,6 +45,7 @@ TOOLS=(
     sleep:coreutils
     awk:mawk
     setpriv:util-linux
+    setarch:util-linux
     node:nodejs
     java:default-jre-headless
     ld.so:libc-bin

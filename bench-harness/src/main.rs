@@ -69,6 +69,9 @@ experiments:
              per-load invariance error, capture and overhead, 4..64 slots
              against every Nth load, on charclass, bzip2 and phased (values
              that change halfway)
+  values     the tracer's value profiles (record --values) against brr's
+             exact per-load counts, on charclass, phased and bzip2 built
+             once and linked for both (musl for brr, glibc for the tracer)
   ephemeral-native
              ephemeral instrumentation run natively (libephemeral.so: int3
              hooks, P = 10, 100, 1000, 10000, 10 ms epochs of CPU time)
@@ -273,6 +276,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "interferometry-findings" => interferometry::refresh_findings(opts),
         "ephemeral" => ephemeral_experiment(opts),
         "coproc" => coproc::run(opts),
+        "values" => coproc::tracer::run(opts),
         "ephemeral-native" => ephemeral_native::run(opts),
         "brr" => {
             let dir = opts.results.join("brr");

@@ -17,6 +17,7 @@
 //! capture (weight measured within [`TOLERANCE`]) and overhead.
 
 mod summary;
+pub mod tracer;
 
 use summary::{capture_svg, summary_md, tradeoff_svg};
 
