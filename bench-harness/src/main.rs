@@ -64,6 +64,11 @@ experiments:
              and are re-hooked every epoch, P = 10, 100, 1000, 10000, against
              counter and brr sampling at equal overhead and equal accuracy,
              on charclass, bzip2 and flip (a branch whose bias flips halfway)
+  ephemeral-superblock
+             the same workloads laid out (trace layout) by exact, ephemeral,
+             counter, brr and deliberately wrong profiles from a training
+             input, timed on the evaluation input: a section of
+             results/ephemeral/summary.md and results/ephemeral/superblock.csv
   coproc     value profiles from a profiling co-processor (Zilles and Sohi)
              against interrupt sampling in brr's emulator and timing model:
              per-load invariance error, capture and overhead, 4..64 slots
@@ -259,6 +264,35 @@ fn ephemeral_experiment(opts: &Options) -> Result<usize> {
     Ok(0)
 }
 
+/// `bench-harness ephemeral-superblock`: layouts by each profile, timed.
+fn ephemeral_superblock(opts: &Options) -> Result<usize> {
+    use bench_harness::ephemeral::{self, superblock};
+    if bench_harness::tools::find("musl-gcc").is_none() {
+        bail!("musl-gcc is not on PATH: run scripts/install-deps.sh (musl-tools)");
+    }
+    let plan = superblock::Plan {
+        work: opts
+            .cache
+            .join("ephemeral")
+            .join(if opts.quick { "sb-quick" } else { "sb-full" }),
+        cases: superblock::default_cases(&opts.cache, opts.quick)?,
+        persistences: if opts.quick {
+            vec![1000]
+        } else {
+            vec![100, 1000]
+        },
+        counter_interval: 1024,
+        brr_interval: 16,
+        epoch: opts.epoch.unwrap_or(ephemeral::DEFAULT_EPOCH),
+        timing: brr::timing::Config::default(),
+    };
+    let results = superblock::measure(&plan)?;
+    let out = opts.results.join("ephemeral");
+    superblock::write(&plan, &results, &out, opts.quick)?;
+    eprintln!("[ephemeral-superblock] results in {}", out.display());
+    Ok(0)
+}
+
 /// Runs one experiment; returns how many steps failed.
 fn run(experiment: &str, opts: &Options) -> Result<usize> {
     match experiment {
@@ -278,6 +312,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "coproc" => coproc::run(opts),
         "values" => coproc::tracer::run(opts),
         "ephemeral-native" => ephemeral_native::run(opts),
+        "ephemeral-superblock" => ephemeral_superblock(opts),
         "brr" => {
             let dir = opts.results.join("brr");
             std::fs::create_dir_all(&dir)

@@ -156,3 +156,42 @@ fn charclass_edges() {
 fn opmix_edges() {
     check_workload("opmix", &[], true);
 }
+
+/// `brr-instrument --layout`: a malformed profile is refused in one line
+/// that names the file's line; `none` and a well-formed profile lay out.
+#[test]
+fn layout_refuses_a_bad_profile_naming_the_line() {
+    let d = dir().join("layout-cli");
+    std::fs::create_dir_all(&d).unwrap();
+    let asm = d.join("f.s");
+    std::fs::write(
+        &asm,
+        "\t.text\nf:\n\tcmpl\t$1, %edi\n\tjg\t.L2\n\tmovl\t$2, %eax\n\tret\n.L2:\n\tmovl\t$3, %eax\n\tret\n",
+    )
+    .unwrap();
+    let bad = d.join("bad.prof");
+    std::fs::write(&bad, "f_s 0 10 1\nf_s zero 1 1\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_brr-instrument"))
+        .arg("--layout")
+        .arg(&bad)
+        .arg(&asm)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("line 2") && err.contains("'zero'"), "{err}");
+    // A good profile: the taken edge (site 0, 10 to 1) becomes the
+    // fall-through, so the jg is inverted.
+    let good = d.join("good.prof");
+    std::fs::write(&good, "f_s 0 10 1\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_brr-instrument"))
+        .arg("--layout")
+        .arg(&good)
+        .arg(&asm)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\tjle\t"), "{text}");
+}

@@ -11,6 +11,7 @@ of gcc or clang assembly (-S output, AT&T syntax)
 
 USAGE:
     brr-instrument --variant VARIANT [--interval N] [-o OUT.s] [--sites SITES.txt] INPUT.s
+    brr-instrument --layout PROFILE|none [-o OUT.s] [--unit NAME] INPUT.s
     brr-instrument --runtime > edge_rt.c
     brr-instrument --sigill-runtime > brr_sigill.c
     brr-instrument --ephemeral-runtime > eph_rt.c
@@ -41,6 +42,13 @@ the same outcomes as `brr-run --seed 1`).
 
 OPTIONS:
     --variant V     none, full, counter, brr or ephemeral
+    --layout FILE   instead of instrumenting, lay the code out by the edge
+                    profile FILE (lines UNIT SITE TAKEN FALLTHROUGH, as the
+                    runtime writes them; weights may be fractional; the unit's
+                    sanitised or plain name): mutual-most-likely traces, each
+                    laid out so its likely edges fall through (trace layout:
+                    branch inversion, no tail duplication). `none` keeps the
+                    block order (the baseline; .cfi_* in bodies dropped)
     --interval N    sampling interval for counter and brr
     --unit NAME     unit name in the output (default: the input's file name)
     -o OUT          output file (default: standard output)
@@ -64,6 +72,7 @@ fn real_main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut variant, mut interval, mut out, mut sites, mut input, mut unit) =
         (None, None, None, None, None, None);
+    let mut layout_profile: Option<String> = None;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
         match a.as_str() {
@@ -84,6 +93,7 @@ fn real_main() -> Result<()> {
                 return Ok(());
             }
             "--variant" => variant = Some(value("--variant")?),
+            "--layout" => layout_profile = Some(value("--layout")?),
             "--interval" => {
                 let v = value("--interval")?;
                 interval = Some(
@@ -98,6 +108,33 @@ fn real_main() -> Result<()> {
             _ if input.is_some() => bail!("more than one input file given"),
             _ => input = Some(PathBuf::from(a)),
         }
+    }
+    if let Some(profile) = layout_profile {
+        if variant.is_some() {
+            bail!("--layout and --variant exclude each other");
+        }
+        let input = input.context("no input assembly file given (see --help)")?;
+        let text = std::fs::read_to_string(&input)
+            .with_context(|| format!("cannot read {}", input.display()))?;
+        let unit = unit.unwrap_or_else(|| file_name(&input));
+        let weights = if profile == "none" {
+            None
+        } else {
+            let p = std::fs::read_to_string(&profile)
+                .with_context(|| format!("cannot read {profile}"))?;
+            let all = brr::instrument::layout::parse_profile(&p)
+                .map_err(|e| anyhow::anyhow!("{profile}: {e}"))?;
+            Some(brr::instrument::layout::weights_for_unit(&all, &unit))
+        };
+        let l = brr::instrument::layout::layout(&text, weights.as_ref());
+        for (name, why) in &l.stats.skipped {
+            eprintln!("brr-instrument: {name} left as it was: {why}");
+        }
+        return match out {
+            Some(path) => std::fs::write(&path, &l.text)
+                .with_context(|| format!("cannot write {}", path.display())),
+            None => Ok(std::io::stdout().write_all(l.text.as_bytes())?),
+        };
     }
     let variant = variant.context("--variant is required (none, full, counter, brr, ephemeral)")?;
     let variant = Variant::parse(&variant, interval).map_err(anyhow::Error::msg)?;

@@ -23,6 +23,7 @@
 //! section; `runtime/edge_rt.c` writes them all at exit.
 
 pub mod asm;
+pub mod layout;
 
 use crate::encoding::ASM_MACRO;
 use asm::{flag_use, is_jcc, parse_line, FlagUse, Line};
@@ -168,7 +169,7 @@ pub fn site_symbol(unit: &str, i: usize) -> String {
     format!("__brr_site_{}_{i}", sanitize(unit))
 }
 
-fn sanitize(s: &str) -> String {
+pub(crate) fn sanitize(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect()
