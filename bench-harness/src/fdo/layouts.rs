@@ -351,7 +351,8 @@ fn check_layouts(
         })
     };
     // Per variant: its unshuffled link's output and functions.
-    let mut reference: Vec<(&'static str, Vec<u8>, Vec<(String, u64)>)> = Vec::new();
+    type Reference = (&'static str, Vec<u8>, Vec<(String, u64)>);
+    let mut reference: Vec<Reference> = Vec::new();
     for b in bins.iter() {
         let syms = text_symbols(&b.path)?;
         let out = output(b)?;
