@@ -90,6 +90,8 @@ options:
   --layouts N    interferometry: layouts per workload (default 100, --quick 6;
                  at least 3); fdo-layouts: layouts per variant (default 10,
                  --quick 2; at least 2)
+  --reuse-builds fdo-layouts: time the variants a previous run built (same
+                 cache) instead of retraining and recompiling them
   --epoch N      ephemeral: re-hook every N emulated instructions (default
                  100000; another value writes to results/ephemeral/epoch-N)
   --smc-penalty LIST
@@ -108,6 +110,8 @@ pub struct Options {
     pub results: PathBuf,
     /// `--layouts N` (interferometry and fdo-layouts).
     pub layouts: Option<usize>,
+    /// `--reuse-builds` (fdo-layouts only).
+    pub reuse_builds: bool,
     /// `--epoch N` (ephemeral only).
     pub epoch: Option<u64>,
     /// `--smc-penalty LIST` (ephemeral only).
@@ -125,6 +129,7 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
         cache: PathBuf::from("target/workloads"),
         results: PathBuf::from("results"),
         layouts: None,
+        reuse_builds: false,
         epoch: None,
         smc_penalties: None,
         baseline: None,
@@ -134,6 +139,7 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => opts.quick = true,
+            "--reuse-builds" => opts.reuse_builds = true,
             "--layouts" => {
                 let v = it
                     .next()

@@ -202,7 +202,21 @@ pub fn run(opts: &Options) -> Result<usize> {
         ));
         for (variant, tag, step) in &steps {
             eprintln!("[fdo-layouts] {name}: {variant}");
-            let linked = step().and_then(|unshuffled| {
+            let dir_name = match *tag {
+                "pgo" => "pgo-use-layouts".to_string(),
+                t => format!("layouts-{t}"),
+            };
+            let built = ws
+                .cache
+                .join("build")
+                .join(name)
+                .join(dir_name)
+                .join(w.binary.file_name().context("a binary without a name")?);
+            let reused = opts.reuse_builds && built.is_file() && archive(tag).is_file();
+            if reused {
+                eprintln!("[fdo-layouts] {name}: reusing {}", built.display());
+            }
+            let linked = if reused { Ok(built) } else { step() }.and_then(|unshuffled| {
                 let layouts = relink(&lld, &tar, &archive(tag), &dir.join(tag), k)?;
                 Ok((unshuffled, layouts))
             });
@@ -240,7 +254,14 @@ pub fn run(opts: &Options) -> Result<usize> {
         };
         bins.push(fixed(Layout::GnuLd, w.binary.clone()));
         eprintln!("[fdo-layouts] {name}: baseline, lld without -ffunction-sections");
-        match w.build_variant(&ws, "layouts-lld", &["-fuse-ld=lld".to_string()]) {
+        let lld_built = ws.cache.join("build").join(name).join("layouts-lld");
+        let lld_built = lld_built.join(w.binary.file_name().context("a binary without a name")?);
+        let lld_build = if opts.reuse_builds && lld_built.is_file() {
+            Ok(lld_built)
+        } else {
+            w.build_variant(&ws, "layouts-lld", &["-fuse-ld=lld".to_string()])
+        };
+        match lld_build {
             Ok(path) => bins.push(fixed(Layout::LldNoSections, path)),
             Err(e) => fail(name, "baseline, lld without -ffunction-sections", &e),
         }
@@ -261,7 +282,11 @@ pub fn run(opts: &Options) -> Result<usize> {
                 round + 1,
                 bins.len()
             );
-            for b in bins.iter_mut().filter(|b| !b.failed) {
+            for i in interleaved(bins) {
+                let b = &mut bins[i];
+                if b.failed {
+                    continue;
+                }
                 match runner::run_timed(&w.command_with(&b.path, Input::Eval)) {
                     Ok(t) => b.times.push(t),
                     Err(e) => {
@@ -279,6 +304,29 @@ pub fn run(opts: &Options) -> Result<usize> {
     let failed = failures.len();
     write(&out, &plan, k, rounds, &checks, &failures, opts.quick)?;
     Ok(failed)
+}
+
+/// The order binaries run in within a round: the j-th binary of every
+/// variant, then the (j+1)-th, so load that drifts during a round falls on
+/// all variants alike rather than on whichever was timed in a block.
+fn interleaved(bins: &[Bin]) -> Vec<usize> {
+    let mut variants: Vec<&str> = Vec::new();
+    let mut key: Vec<(usize, usize, usize)> = Vec::new();
+    let mut seen: Vec<usize> = Vec::new();
+    for (i, b) in bins.iter().enumerate() {
+        let v = match variants.iter().position(|v| *v == b.variant) {
+            Some(v) => v,
+            None => {
+                variants.push(b.variant);
+                seen.push(0);
+                variants.len() - 1
+            }
+        };
+        key.push((seen[v], v, i));
+        seen[v] += 1;
+    }
+    key.sort_unstable();
+    key.into_iter().map(|(_, _, i)| i).collect()
 }
 
 /// Unpacks lld's `--reproduce` archive into `dir` and links it again for
@@ -667,8 +715,8 @@ fn write(
          linked again {k} times with `--shuffle-sections='.text*=SEED'`, SEED = 1 … {k}. Every \
          layout is checked to print what the unshuffled link prints (speedtest1's times \
          masked) and to have moved its functions (layouts_binaries.csv). {rounds} interleaved \
-         round(s) run every binary of every workload once on the evaluation input; CPU time \
-         (user + system from wait4). Profiles: the training input, as in `fdo` (its profiles \
+         round(s) run every binary of every workload once on the evaluation input, the \
+         variants interleaved layout by layout; CPU time (user + system from wait4). Profiles: the training input, as in `fdo` (its profiles \
          retrained in this run).\n\n\
          A layout's time is its median over the rounds. **speedup** = mean over the \
          baseline's layouts / mean over the variant's layouts, the expected time of a \
@@ -918,6 +966,19 @@ fn xml(t: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounds_interleave_variants_layout_by_layout() {
+        let bin = |variant| Bin {
+            variant,
+            layout: Layout::Unshuffled,
+            path: PathBuf::new(),
+            times: Vec::new(),
+            failed: false,
+        };
+        let bins = [bin("a"), bin("a"), bin("a"), bin("b"), bin("b")];
+        assert_eq!(interleaved(&bins), [0, 3, 1, 4, 2]);
+    }
 
     #[test]
     fn digits_are_masked_run_by_run() {
