@@ -27,7 +27,7 @@ use std::path::PathBuf;
 
 const USAGE: &str =
     "usage: bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR] [--layouts N] [--epoch N]
-                    [--smc-penalty N,N,...] [--baseline LIB] [--slots N,N,...]
+                    [--reuse-builds] [--smc-penalty N,N,...] [--baseline LIB] [--slots N,N,...]
 
 experiments:
   workloads  fetch and build the third-party workloads, time them natively

@@ -302,7 +302,7 @@ pub fn run(opts: &Options) -> Result<usize> {
         }
     }
     let failed = failures.len();
-    write(&out, &plan, k, rounds, &checks, &failures, opts.quick)?;
+    write(&out, &plan, k, rounds, &checks, &failures, opts)?;
     Ok(failed)
 }
 
@@ -546,8 +546,9 @@ fn write(
     rounds: usize,
     checks: &Table,
     failures: &[(String, String, String)],
-    quick: bool,
+    opts: &Options,
 ) -> Result<()> {
+    let (quick, reuse) = (opts.quick, opts.reuse_builds);
     let put = |file: &str, text: &str| {
         let p = out.join(file);
         std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))
@@ -716,8 +717,7 @@ fn write(
          layout is checked to print what the unshuffled link prints (speedtest1's times \
          masked) and to have moved its functions (layouts_binaries.csv). {rounds} interleaved \
          round(s) run every binary of every workload once on the evaluation input, the \
-         variants interleaved layout by layout; CPU time (user + system from wait4). Profiles: the training input, as in `fdo` (its profiles \
-         retrained in this run).\n\n\
+         variants interleaved layout by layout; CPU time (user + system from wait4). Profiles: the training input, as in `fdo`, retrained {}.\n\n\
          A layout's time is its median over the rounds. **speedup** = mean over the \
          baseline's layouts / mean over the variant's layouts, the expected time of a \
          random layout; **95% CI**: percentile bootstrap ({RESAMPLES} resamples) of the \
@@ -729,7 +729,17 @@ fn write(
          CV**: the within-layout standard deviation over the rounds, pooled over layouts, \
          / mean (what rerunning one layout gives). **unshuffled lld speedup**: the \
          variant's own unshuffled link against the baseline's layout mean.\n\n",
-        if quick { " --quick" } else { "" }
+        match (quick, reuse) {
+            (true, true) => " --quick --reuse-builds",
+            (true, false) => " --quick",
+            (false, true) => " --reuse-builds",
+            (false, false) => "",
+        },
+        if reuse {
+            "by the run that built the binaries (this one reused them)"
+        } else {
+            "in this run"
+        }
     );
     let _ = write!(
         md,
