@@ -18,6 +18,8 @@ use breakdance_charts::BarChart;
 use breakdance_protocol::Lookahead;
 use std::path::{Path, PathBuf};
 
+pub(crate) mod layouts;
+
 /// Sampling period of the training runs: the fastest rate of `overhead`.
 const PERIOD_NS: u64 = 1_000_000;
 /// A hardware LBR's depth, the tracer's default trace length.
@@ -75,6 +77,9 @@ impl Training {
 type BuildStep<'a> = Box<dyn Fn() -> Result<PathBuf> + 'a>;
 
 pub fn run(opts: &Options) -> Result<usize> {
+    // `fdo-layouts` keeps its section in the same README.
+    let readme = opts.results.join("fdo").join("README.md");
+    let layout_section = layouts::existing_section(&readme);
     let mut rep = Report::new(&opts.results, "fdo", "Feedback-directed optimisation")?;
     let ws = Workspace {
         cache: opts.cache.clone(),
@@ -166,7 +171,11 @@ pub fn run(opts: &Options) -> Result<usize> {
         PERIOD_NS / 1_000_000
     ));
     write(&mut rep, &results, &VARIANTS, "Figure 7")?;
-    rep.finish()
+    let failed = rep.finish()?;
+    if let Some(section) = layout_section {
+        layouts::splice_section(&readme, &section)?;
+    }
+    Ok(failed)
 }
 
 /// The workloads an experiment rebuilds with profiles: the source-built

@@ -348,7 +348,7 @@ fn link_layout(shim: &Path, objs: &[PathBuf], seed: u64, exe: &Path) -> Result<(
 }
 
 /// The (name, address) of every function symbol, sorted by name.
-fn text_symbols(exe: &Path) -> Result<Vec<(String, u64)>> {
+pub(crate) fn text_symbols(exe: &Path) -> Result<Vec<(String, u64)>> {
     use object::{Object, ObjectSymbol, SymbolKind};
     let data = std::fs::read(exe).with_context(|| format!("cannot read {}", exe.display()))?;
     let file = object::File::parse(&*data)
@@ -366,7 +366,7 @@ fn text_symbols(exe: &Path) -> Result<Vec<(String, u64)>> {
 }
 
 /// How many of `b`'s functions are at another address than in `a`.
-fn moved(a: &[(String, u64)], b: &[(String, u64)]) -> usize {
+pub(crate) fn moved(a: &[(String, u64)], b: &[(String, u64)]) -> usize {
     // Pairs, not a name → address map: static functions of different
     // files may share a name.
     let old: std::collections::HashSet<(&str, u64)> =

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 
 const USAGE: &str =
     "usage: bench-harness EXPERIMENT [--quick] [--cache DIR] [--results DIR] [--layouts N] [--epoch N]
-                    [--smc-penalty N,N,...] [--baseline LIB] [--slots N,N,...]
+                    [--reuse-builds] [--smc-penalty N,N,...] [--baseline LIB] [--slots N,N,...]
 
 experiments:
   workloads  fetch and build the third-party workloads, time them natively
@@ -35,6 +35,13 @@ experiments:
   bpcost     cost to move and to trigger a hardware breakpoint per thread count
   quality    profile accuracy against exact callgrind ground truth
   fdo        AutoFDO / instrumented PGO speedups on the source-built workloads
+  fdo-layouts
+             the fdo speedups with layout-noise error bars: -O2, AutoFDO
+             (ours, emulate; N = 128, 3 ms), AutoFDO exact and instrumented
+             PGO, each compiled once with -ffunction-sections and linked N
+             times by lld --shuffle-sections, timed in 3 interleaved rounds
+             (--quick: bzip2, 2 layouts, 1 round); adds results/fdo/layouts*
+             and a section of results/fdo/README.md
   brr        the branch-on-random experiment (brr crate), then brr-tracer
   brr-tracer the brr microbenchmark under the software tracer, compared with
              the brr results already in results/brr
@@ -89,7 +96,10 @@ options:
   --cache DIR    where sources, builds and inputs are kept (default target/workloads)
   --results DIR  where results go (default results)
   --layouts N    interferometry: layouts per workload (default 100, --quick 6;
-                 at least 3)
+                 at least 3); fdo-layouts: layouts per variant (default 10,
+                 --quick 2; at least 2)
+  --reuse-builds fdo-layouts: time the variants a previous run built (same
+                 cache) instead of retraining and recompiling them
   --epoch N      ephemeral: re-hook every N emulated instructions (default
                  100000; another value writes to results/ephemeral/epoch-N)
   --smc-penalty LIST
@@ -106,8 +116,10 @@ pub struct Options {
     pub quick: bool,
     pub cache: PathBuf,
     pub results: PathBuf,
-    /// `--layouts N` (interferometry only).
+    /// `--layouts N` (interferometry and fdo-layouts).
     pub layouts: Option<usize>,
+    /// `--reuse-builds` (fdo-layouts only).
+    pub reuse_builds: bool,
     /// `--epoch N` (ephemeral only).
     pub epoch: Option<u64>,
     /// `--smc-penalty LIST` (ephemeral only).
@@ -125,6 +137,7 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
         cache: PathBuf::from("target/workloads"),
         results: PathBuf::from("results"),
         layouts: None,
+        reuse_builds: false,
         epoch: None,
         smc_penalties: None,
         baseline: None,
@@ -134,12 +147,13 @@ fn parse(args: &[String]) -> Result<(String, Options)> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => opts.quick = true,
+            "--reuse-builds" => opts.reuse_builds = true,
             "--layouts" => {
                 let v = it
                     .next()
                     .context("option --layouts needs a number of layouts")?;
-                let n: usize = v.parse().ok().filter(|n| *n >= 3).with_context(|| {
-                    format!("--layouts needs a whole number of at least 3, got '{v}'")
+                let n: usize = v.parse().ok().filter(|n| *n >= 2).with_context(|| {
+                    format!("--layouts needs a whole number of at least 2, got '{v}'")
                 })?;
                 opts.layouts = Some(n);
             }
@@ -301,6 +315,7 @@ fn run(experiment: &str, opts: &Options) -> Result<usize> {
         "bpcost" => bpcost::run(opts),
         "quality" => quality::run(opts),
         "fdo" => fdo::run(opts),
+        "fdo-layouts" => fdo::layouts::run(opts),
         "csspgo" => csspgo::run(opts),
         "verify" => verify::run(opts),
         "tracelen" => tracelen::run(opts),

@@ -481,3 +481,141 @@ fn levels_measures_each_glibc_level() {
         assert!(num(&r[column(&t, "CPU overhead")]) > 0.0, "{r:?}");
     }
 }
+
+/// The function symbols of an executable, by address: the layout.
+fn function_order(exe: &Path) -> Vec<String> {
+    use object::{Object, ObjectSymbol, SymbolKind};
+    let data = std::fs::read(exe).unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+    let file = object::File::parse(&*data).unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+    let mut syms: Vec<(u64, String)> = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| Some((s.address(), s.name().ok()?.to_string())))
+        .collect();
+    syms.sort();
+    syms.into_iter().map(|(_, n)| n).collect()
+}
+
+/// `fdo-layouts --quick`: each variant's shuffled layouts put the same
+/// functions in other orders (read here from the binaries, not from the
+/// harness's own check), print byte for byte what every other build of
+/// bzip2 prints, and the summary has its columns and a sane speedup.
+#[test]
+fn fdo_layouts_shuffle_functions_not_results() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if tools_present().is_none() || tools::require("ld.lld-19").is_none() {
+        return;
+    }
+    let results = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("smoke-results")
+        .join("fdo-layouts");
+    let _ = std::fs::remove_dir_all(&results);
+    let out = Command::new(env!("CARGO_BIN_EXE_bench-harness"))
+        .args(["fdo-layouts", "--quick", "--cache"])
+        .arg(cache())
+        .arg("--results")
+        .arg(&results)
+        .output()
+        .expect("bench-harness runs");
+    assert!(
+        out.status.success(),
+        "bench-harness fdo-layouts --quick failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = results.join("fdo");
+    let failures = read_csv(&dir.join("layouts_failures.csv"));
+    assert!(failures.len() == 1, "failed steps: {failures:?}");
+
+    let bins = read_csv(&dir.join("layouts_binaries.csv"));
+    let (v, l, b) = (
+        column(&bins, "variant"),
+        column(&bins, "layout"),
+        column(&bins, "binary"),
+    );
+    let input = cache().join("inputs-quick").join("text-eval.txt");
+    let run_bzip2 = |exe: &Path| {
+        let o = Command::new(exe)
+            .args(["-c", "-9"])
+            .arg(&input)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", exe.display());
+        o.stdout
+    };
+    let mut expected: Option<Vec<u8>> = None;
+    let variants = [
+        "baseline -O2",
+        "AutoFDO, ours (emulate) via llvm-profgen",
+        "instrumented PGO",
+    ];
+    for variant in variants {
+        let rows: Vec<&Vec<String>> = bins[1..].iter().filter(|r| r[v] == variant).collect();
+        let path = |layout: &str| {
+            let r = rows
+                .iter()
+                .find(|r| r[l] == layout)
+                .unwrap_or_else(|| panic!("{variant}: no {layout} in {bins:?}"));
+            cache().join(&r[b])
+        };
+        let orders: Vec<Vec<String>> = ["lld, unshuffled", "seed 1", "seed 2"]
+            .iter()
+            .map(|layout| function_order(&path(layout)))
+            .collect();
+        let sorted = |o: &Vec<String>| {
+            let mut s = o.clone();
+            s.sort();
+            s
+        };
+        assert_eq!(
+            sorted(&orders[0]),
+            sorted(&orders[1]),
+            "{variant}: other functions"
+        );
+        assert_ne!(orders[0], orders[1], "{variant}: seed 1 is not shuffled");
+        assert_ne!(
+            orders[1], orders[2],
+            "{variant}: seeds 1 and 2 give one layout"
+        );
+        for layout in ["lld, unshuffled", "seed 1", "seed 2"] {
+            let printed = run_bzip2(&path(layout));
+            assert!(!printed.is_empty());
+            match &expected {
+                None => expected = Some(printed),
+                Some(e) => assert!(*e == printed, "{variant} {layout}: other output"),
+            }
+        }
+    }
+
+    let s = read_csv(&dir.join("layouts_summary.csv"));
+    for name in [
+        "speedup",
+        "speedup 95% CI",
+        "single-layout 95% range",
+        "layout CV (%)",
+        "run-to-run CV (%)",
+        "exceeds layout noise",
+    ] {
+        column(&s, name);
+    }
+    assert_eq!(s.len(), 1 + variants.len(), "{s:?}");
+    for r in &s[1..] {
+        assert_eq!(r[0], "bzip2");
+        assert_eq!(num(&r[column(&s, "layouts")]), 2.0, "{r:?}");
+        let x = num(&r[column(&s, "speedup")]);
+        assert!(x.is_finite() && x > 0.5 && x < 2.0, "{r:?}");
+    }
+    let raw = read_csv(&dir.join("layouts.csv"));
+    let seeded = raw[1..]
+        .iter()
+        .filter(|r| !r[column(&raw, "seed")].is_empty())
+        .count();
+    assert_eq!(
+        seeded,
+        2 * variants.len(),
+        "one timed run per layout: {raw:?}"
+    );
+    svg_ok(&dir.join("layouts.svg"));
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    assert!(readme.contains("## Layout noise"), "{readme}");
+}
