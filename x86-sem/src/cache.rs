@@ -108,6 +108,20 @@ impl<S: AsRef<[Insn]> + AsMut<[Insn]>> DecodeCache<S> {
         }
     }
 
+    /// Forgets the instructions with a byte in `start..end`, looking only
+    /// at the entries of the addresses that can hold one (an instruction
+    /// is at most 15 bytes): for a store into code, where
+    /// [`DecodeCache::flush_range`]'s scan of the whole cache is too slow.
+    pub fn forget_range(&mut self, start: u64, end: u64) {
+        for ip in start.saturating_sub(15)..end {
+            let slot = self.slot(ip);
+            let e = &mut self.entries.as_mut()[slot];
+            if e.ip == ip && ip.wrapping_add(e.len as u64) > start {
+                e.ip = Insn::EMPTY_IP;
+            }
+        }
+    }
+
     /// The instruction at `ip`, decoded from `mem` on a miss.
     ///
     /// # Errors

@@ -94,6 +94,17 @@ fn the_cache_needs_a_power_of_two_and_forgets_what_it_is_told() {
     assert_eq!(m.regs.gpr[0], 2);
     c.flush();
     assert!(c.get(BASE).is_none() && c.get(BASE + 2).is_none());
+    // forget_range looks only where an instruction overlapping the range
+    // can start: a store to the second byte of the first inc forgets it,
+    // not the next one.
+    m.regs.rip = BASE;
+    step(&mut m, &table, &mut c).unwrap();
+    step(&mut m, &table, &mut c).unwrap();
+    c.forget_range(BASE + 1, BASE + 2);
+    assert!(c.get(BASE).is_none());
+    assert!(c.get(BASE + 2).is_some(), "outside the range");
+    c.forget_range(BASE + 3, BASE + 4);
+    assert!(c.get(BASE + 2).is_none(), "its last byte was written");
 }
 
 /// An owner's own instruction: ud1 eax, [rip+rel32] jumps to its address.

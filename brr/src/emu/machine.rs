@@ -95,53 +95,15 @@ pub struct Machine {
     /// The bytes the last such step wrote.
     pub last_code_write: (u64, u64),
     table: Box<Table<Guest>>,
-    cache: DecodeCache<Slots>,
-    /// The cache's storage, for forgetting single entries (see [`Slots`]).
-    slots_base: *mut Insn,
+    cache: DecodeCache<Box<[Insn]>>,
 }
-
-/// The decoded-instruction cache's storage, shared with the machine so that
-/// a store into code can forget just the entries it overwrote (the core's
-/// `flush_range` scans all 64K entries, far too slow for code that patches
-/// itself every few thousand instructions). The cache owns the allocation
-/// and frees it; the machine writes through `Machine::slots_base` only
-/// between steps, when the cache holds no reference into it.
-struct Slots(*mut [Insn]);
-
-impl AsRef<[Insn]> for Slots {
-    fn as_ref(&self) -> &[Insn] {
-        // SAFETY: the pointer comes from a live boxed slice (freed in Drop);
-        // see the type's comment for why no &mut aliases this.
-        unsafe { &*self.0 }
-    }
-}
-
-impl AsMut<[Insn]> for Slots {
-    fn as_mut(&mut self) -> &mut [Insn] {
-        // SAFETY: as in `as_ref`.
-        unsafe { &mut *self.0 }
-    }
-}
-
-impl Drop for Slots {
-    fn drop(&mut self) {
-        // SAFETY: made by Box::into_raw in Machine::new, freed once here.
-        drop(unsafe { Box::from_raw(self.0) });
-    }
-}
-
-// SAFETY: a Slots is owned by one Machine, which moves with it.
-unsafe impl Send for Slots {}
-// SAFETY: slots_base points into the storage the machine's own cache owns.
-unsafe impl Send for Machine {}
 
 impl Machine {
     /// Builds the table and the empty cache (all allocation happens here).
     pub fn new(regs: CpuState, mem: GuestMemory, lfsr: Lfsr) -> Self {
         let mut table = Table::boxed(emulated_model());
         table.set(Code::Ud1_r32_rm32, branch_on_random);
-        let storage = Box::into_raw(vec![Insn::empty(); ICACHE_ENTRIES].into_boxed_slice());
-        let slots_base = storage as *mut Insn;
+        let storage = vec![Insn::empty(); ICACHE_ENTRIES].into_boxed_slice();
         Machine {
             guest: Guest {
                 regs,
@@ -156,8 +118,7 @@ impl Machine {
             code_writes: 0,
             last_code_write: (0, 0),
             table,
-            cache: DecodeCache::new(Slots(storage)).expect("ICACHE_ENTRIES is a power of two"),
-            slots_base,
+            cache: DecodeCache::new(storage).expect("ICACHE_ENTRIES is a power of two"),
         }
     }
 
@@ -168,19 +129,7 @@ impl Machine {
     fn code_written(&mut self, start: u64, end: u64) {
         self.code_writes += 1;
         self.last_code_write = (start, end);
-        for ip in start.saturating_sub(15)..end {
-            let idx = match self.cache.get(ip) {
-                Some(e) if ip + e.len() as u64 > start => {
-                    // SAFETY: `e` points into the storage starting at
-                    // slots_base.
-                    unsafe { (e as *const Insn).offset_from(self.slots_base) as usize }
-                }
-                _ => continue,
-            };
-            // SAFETY: idx < ICACHE_ENTRIES, and the cache holds no
-            // reference between steps.
-            unsafe { *self.slots_base.add(idx) = Insn::empty() };
-        }
+        self.cache.forget_range(start, end);
     }
 
     /// iced's full decoding of the instruction at `ip`, if it is in the
