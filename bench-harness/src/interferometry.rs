@@ -81,7 +81,10 @@ pub fn run(opts: &Options) -> Result<usize> {
         DEFAULT_LAYOUTS
     });
     if n < 3 {
-        bail!("--layouts must be at least 3 (a line with intervals needs 3 points), got {n}");
+        bail!(
+            "--layouts needs a whole number of at least 3 for interferometry (a line with \
+             intervals needs 3 points), got '{n}'"
+        );
     }
     let lld = tools::find(LLD)
         .with_context(|| format!("{LLD} is not on PATH: run scripts/install-deps.sh (lld-19)"))?;
