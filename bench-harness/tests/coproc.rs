@@ -8,37 +8,10 @@
 
 use bench_harness::tools;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let mut lines = text
-        .lines()
-        .map(|l| l.split(',').map(str::to_string).collect());
-    let header: Vec<String> = lines.next().expect("a header line");
-    (header, lines.collect())
-}
-
-fn col(header: &[String], name: &str) -> usize {
-    header
-        .iter()
-        .position(|h| h == name)
-        .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
-}
-
-fn num(cell: &str) -> f64 {
-    cell.parse()
-        .unwrap_or_else(|_| panic!("'{cell}' is not a number"))
-}
-
-fn harness(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_bench-harness"))
-        .args(args)
-        .output()
-        .expect("bench-harness runs")
-}
+mod common;
+use common::*;
 
 #[test]
 fn quick_run_end_to_end() {

@@ -6,30 +6,10 @@
 //! Under CI=true a missing musl-gcc fails the test.
 
 use bench_harness::tools;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let mut lines = text
-        .lines()
-        .map(|l| l.split(',').map(str::to_string).collect());
-    let header: Vec<String> = lines.next().expect("a header line");
-    (header, lines.collect())
-}
-
-fn col(header: &[String], name: &str) -> usize {
-    header
-        .iter()
-        .position(|h| h == name)
-        .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
-}
-
-fn num(cell: &str) -> f64 {
-    cell.parse()
-        .unwrap_or_else(|_| panic!("'{cell}' is not a number"))
-}
+mod common;
+use common::*;
 
 #[test]
 fn quick_run_matches_the_exact_profiles() {
@@ -39,13 +19,14 @@ fn quick_run_matches_the_exact_profiles() {
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let results = tmp.join("values-results");
     let _ = std::fs::remove_dir_all(&results);
-    let out = Command::new(env!("CARGO_BIN_EXE_bench-harness"))
-        .args(["values", "--quick", "--cache"])
-        .arg(&tmp)
-        .arg("--results")
-        .arg(&results)
-        .output()
-        .expect("bench-harness runs");
+    let out = harness(&[
+        "values",
+        "--quick",
+        "--cache",
+        tmp.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "values failed:\n{stderr}");
     let dir = results.join("values");

@@ -29,7 +29,7 @@
 //! not the tracer's loads (see `src/emulate/values.rs`) and are counted
 //! apart.
 
-use super::{distance, HOT_COVERAGE, TOLERANCE};
+use super::{distance, Subject, HOT_COVERAGE, TOLERANCE};
 use crate::profiler::Tracer;
 use crate::report::{fmt, Report, Table};
 use crate::runner::{self, Cmd};
@@ -71,14 +71,6 @@ fn is_address(v: u64) -> bool {
 /// A load is measured with at least this many recorded executions.
 pub const MIN_SAMPLES: u64 = 20;
 
-/// A program of the experiment.
-struct Subject {
-    name: &'static str,
-    sources: Vec<PathBuf>,
-    args: Vec<String>,
-    what: &'static str,
-}
-
 /// The tracer's summed histogram of one load.
 #[derive(Default, Clone)]
 struct Sampled {
@@ -112,40 +104,17 @@ struct Load {
     sampled: Option<Sampled>,
 }
 
+/// coproc's programs, with phased long enough to be sampled in quick
+/// runs too (its quick 200000 iterations take under a millisecond).
 fn subjects(opts: &Options, work: &Path) -> Result<Vec<Subject>> {
-    let dir = workload::workload_dir();
-    let mut v = vec![
-        Subject {
-            name: "charclass",
-            sources: vec![dir.join("charclass.c")],
-            args: vec!["1".into()],
-            what: "the brr paper's microbenchmark: character classes of generated text",
-        },
-        Subject {
-            name: "phased",
-            sources: vec![dir.join("phased.c")],
-            args: vec!["2000000".into()],
-            what: "five loads read value A for half the run and B after (invariance 0.5)",
-        },
-    ];
-    if !opts.quick {
-        let tree = workload::bzip2_source(&opts.cache.join("debian-src"))?;
-        let input = work.join("bzip2-input.txt");
-        let text = workload::sample_text(10_000);
-        if std::fs::read(&input).ok().as_deref() != Some(&text[..]) {
-            std::fs::write(&input, &text)
-                .with_context(|| format!("cannot write {}", input.display()))?;
+    let mut v = super::subjects(opts, work)?;
+    for s in &mut v {
+        if s.name == "phased" {
+            s.args = vec!["2000000".into()];
         }
-        v.push(Subject {
-            name: "bzip2",
-            sources: workload::bzip2_sources(&tree),
-            args: vec!["-c".into(), "-9".into(), input.display().to_string()],
-            what: "bzip2 1.0.8 compressing generated text: many static loads",
-        });
     }
     Ok(v)
 }
-
 /// Runs the experiment.
 pub fn run(opts: &Options) -> Result<usize> {
     if bench_harness::tools::find("musl-gcc").is_none() {
