@@ -27,6 +27,26 @@ pub struct Function {
     pub size: u64,
 }
 
+/// The index of the function in `functions` (sorted by address, as
+/// [`Binary::functions`] gives them) that holds link-time address
+/// `address`: the last one starting at or before it, if the address lies
+/// within its size (a symbol of size 0 reaches to the next one).
+pub fn function_index(functions: &[Function], address: u64) -> Option<usize> {
+    let i = functions
+        .partition_point(|f| f.address <= address)
+        .checked_sub(1)?;
+    let f = &functions[i];
+    (f.size == 0 || address < f.address + f.size).then_some(i)
+}
+
+/// A path's file name, for a column (the whole path when it has none).
+pub fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
 /// The facts `check` judges.
 #[derive(Clone, Debug, Default)]
 pub struct Facts {

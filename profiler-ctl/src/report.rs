@@ -23,7 +23,7 @@ use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 use serde::Serialize;
 
 use crate::cli::{Format, ReportArgs};
-use crate::elf::{Binary, Function};
+use crate::elf::{file_name, Binary, Function};
 use breakdance_protocol::perfscript::{Mmap, PerfScript};
 
 /// The longest straight-line run walked between two branches; a longer
@@ -44,12 +44,7 @@ struct Module {
 
 impl Module {
     fn function_index(&self, link_address: u64) -> Option<usize> {
-        let i = self
-            .functions
-            .partition_point(|f| f.address <= link_address)
-            .checked_sub(1)?;
-        let f = &self.functions[i];
-        (f.size == 0 || link_address < f.address + f.size).then_some(i)
+        crate::elf::function_index(&self.functions, link_address)
     }
 }
 
@@ -114,13 +109,6 @@ impl Modules {
             None => format!("{}+{link:#x}", file_name(&m.path)),
         }
     }
-}
-
-fn file_name(path: &Path) -> String {
-    path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
 }
 
 fn open_module(path: &Path, mapping: &Mmap, summary: &Summary) -> Module {

@@ -63,12 +63,9 @@ pub fn load(dir: &Path) -> Result<Vec<Symbolised>> {
 
 /// `function+0xOFFSET` for a link-time address.
 fn place_of(functions: &[Function], vaddr: u64) -> String {
-    let i = functions.partition_point(|f| f.address <= vaddr);
-    match i.checked_sub(1).map(|i| &functions[i]) {
-        Some(f) if vaddr < f.address + f.size.max(1) => {
-            format!("{}+{:#x}", f.name, vaddr - f.address)
-        }
-        _ => format!("{vaddr:#x}"),
+    match crate::elf::function_index(functions, vaddr).map(|i| &functions[i]) {
+        Some(f) => format!("{}+{:#x}", f.name, vaddr - f.address),
+        None => format!("{vaddr:#x}"),
     }
 }
 
@@ -103,10 +100,7 @@ pub fn render(loads: &[Symbolised], limit: Option<usize>) -> String {
         } else {
             ""
         };
-        let module = l.row.module.file_name().map_or_else(
-            || l.row.module.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
+        let module = crate::elf::file_name(&l.row.module);
         let _ = writeln!(
             out,
             "{:>10}  {:>9.1}%  {:<40}  {:<24}  {:<18}  {}{more}",
