@@ -105,7 +105,7 @@ fn main() {
                         other => panic!("the loop did not emulate: {other:?}"),
                     }
                 }
-                let run = emu.take_steps_run();
+                let (run, _) = emu.take_steps_run();
                 per_step.push(ns as f64 / steps as f64);
                 per_run.push(ns as f64 / run as f64);
                 steps_per = (steps / 200, run / 200);

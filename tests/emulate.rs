@@ -252,3 +252,51 @@ fn a_loop_that_reads_only_its_own_stores_costs_one_stop_per_trace() {
         "only {checked} stretches between two jz entries checked"
     );
 }
+
+/// A loop that reads memory another thread could change, every iteration
+/// (values.c's volatile arrays), and never leaves within a pass: each
+/// segment's end would need a breakpoint hit per iteration, so it is cut
+/// where a loop head needs the most hits allowed. The first pass seals its
+/// logs there, so the cut takes no second pass: one pass per segment (two,
+/// before: the whole pass was run again to stop at the cut). Every entry is
+/// still validated, and the program's output is unchanged.
+#[test]
+fn a_loop_reading_shared_memory_is_cut_without_a_second_pass() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("cut");
+    let binary = build(&clang, &dir.0, "values", &["values.c"], &["-O2"]);
+    let native = run_native(&binary, &["3000"], &[]);
+    assert!(native.status.success(), "{native:?}");
+    let out = dir.path("out");
+    let profiled = record_with(
+        &tracer,
+        &out,
+        PERIOD_NS,
+        &["--lookahead", "emulate", "--lbr", "128"],
+        &binary,
+        &["3000"],
+        &[],
+    );
+    assert_same_behaviour("values", &native, &profiled);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_valid_traces("values", &rec);
+    let s = &rec.summary;
+    let segments = counter(s, "segments");
+    assert!(segments >= 40, "too few segments to judge: {s}");
+    // Most segments are cut (a pass reaches its 128th branch inside the
+    // loop, 16 hits at most per checkpoint).
+    let stops = counter(s, "breakpoints");
+    assert!(
+        stops >= 8 * segments,
+        "{stops} stops for {segments} segments: the loop's checkpoints were not cut at many hits: {s}"
+    );
+    let passes = counter(s, "emulated_passes");
+    assert!(
+        passes * 10 <= segments * 11,
+        "{passes} passes for {segments} segments: cut segments were emulated twice: {s}"
+    );
+}

@@ -100,6 +100,11 @@ macro_rules! for_each_counter {
             /// rep string instruction) runs the steps it then drops. The
             /// core's speed is `emulation_ns / emulated_steps_run`.
             emulated_steps_run: Count,
+            /// Emulate mode: passes the emulator ran over a segment's
+            /// steps: one per segment, and another for each time one was
+            /// redone to end at an earlier checkpoint (`emulated_steps_run`
+            /// counts their steps).
+            emulated_passes: Count,
             /// Emulate mode: of the handlers' time, emulating.
             emulation_ns: Time,
             /// CPU time of the session's worker thread: aggregating full

@@ -12,7 +12,10 @@
 #
 # Per run, from summary.json: emulated ns per step (emulation_ns /
 # emulated_steps), decodes per 100 steps, steps and extra CPU per trace,
-# and the checkpoint mismatches (registers/memory) and validated entries.
+# the checkpoint mismatches (registers/memory) and validated entries, steps
+# run per kept step, breakpoint stops per trace and the handlers' time per
+# trace (sampling_ns + breakpoint_ns: the kernel's delivery of each stop is
+# not in it).
 set -euo pipefail
 before=$1 after=$2 rounds=${3:-5}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,13 +33,15 @@ stats() { # fields of one run's summary
 import json, sys
 d = json.load(open(sys.argv[1]))
 steps = max(1, d["emulated_steps"]); traces = max(1, d["traces_started"])
-print("%.1f,%.2f,%.0f,%d,%d,%d,%d" % (d["emulation_ns"] / steps,
+print("%.1f,%.2f,%.0f,%d,%d,%d,%d,%.3f,%.2f,%.1f" % (d["emulation_ns"] / steps,
     100 * d["emulation_decodes"] / steps, d["emulated_steps"] / traces,
     d["traces_started"], d["validated_entries"],
-    d["speculation_mismatch_registers"], d["speculation_mismatch_memory"]))
+    d["speculation_mismatch_registers"], d["speculation_mismatch_memory"],
+    d["emulated_steps_run"] / steps, d["breakpoints"] / traces,
+    (d["sampling_ns"] + d["breakpoint_ns"]) / traces / 1000))
 PY
 }
-echo "lbr,period_ms,round,native_s,build,cpu_s,ns_per_step,decodes_per_100,steps_per_trace,traces,validated_entries,mismatch_registers,mismatch_memory"
+echo "lbr,period_ms,round,native_s,build,cpu_s,ns_per_step,decodes_per_100,steps_per_trace,traces,validated_entries,mismatch_registers,mismatch_memory,steps_run_per_kept,stops_per_trace,handler_us_per_trace"
 for r in $(seq 1 "$rounds"); do
   for setting in "32 1" "128 3" "128 10"; do
     set -- $setting

@@ -139,6 +139,8 @@ pub struct LiveMemory {
     /// Sealed (see [`LiveMemory::seal`]): the logs' lengths then, and the
     /// stored qwords changed since, as they were.
     sealed: bool,
+    /// The seal may be forgotten (`LiveMemory::seal_soft`).
+    soft: bool,
     seal_loads: usize,
     seal_stores: usize,
     undo: [Undo; UNDO_ENTRIES],
@@ -188,6 +190,7 @@ impl LiveMemory {
         self.load_index.reset();
         self.store_index.reset();
         self.sealed = false;
+        self.soft = false;
         self.n_undo = 0;
     }
 
@@ -198,16 +201,38 @@ impl LiveMemory {
     /// save the qword's sealed value before changing it (at most
     /// [`UNDO_ENTRIES`] such qwords: one more is [`AccessError::LogFull`]).
     pub fn seal(&mut self) {
+        self.forget_undo();
         self.sealed = true;
+        self.soft = false;
         self.seal_loads = self.n_loads;
         self.seal_stores = self.n_stores;
-        self.n_undo = 0;
+    }
+
+    /// [`LiveMemory::seal`], for a checkpoint the segment may do without:
+    /// a store that would overflow the undo log forgets the seal (see
+    /// [`LiveMemory::is_sealed`]) instead of failing.
+    pub fn seal_soft(&mut self) {
+        self.seal();
+        self.soft = true;
+    }
+
+    /// Whether the logs are sealed (a soft seal may have been forgotten).
+    pub fn is_sealed(&self) -> bool {
+        self.sealed
     }
 
     /// Forgets the seal: the checkpoint goes where the segment ends, and
     /// checks every read and store.
     pub fn unseal(&mut self) {
+        self.forget_undo();
         self.sealed = false;
+    }
+
+    /// Empties the undo log, so that a later seal saves every qword again.
+    fn forget_undo(&mut self) {
+        for u in &self.undo[..self.n_undo] {
+            self.stores[u.pos as usize].saved = false;
+        }
         self.n_undo = 0;
     }
 
@@ -365,6 +390,10 @@ impl LiveMemory {
                 Ok(p) if self.must_save(p) => saves += 1,
                 Ok(_) => {}
             }
+        }
+        if self.n_undo + saves > UNDO_ENTRIES && self.soft {
+            self.unseal();
+            saves = 0;
         }
         if self.n_stores + needed > OVERLAY_ENTRIES || self.n_undo + saves > UNDO_ENTRIES {
             return Err(AccessError::LogFull);
@@ -601,6 +630,43 @@ mod tests {
         let mem = Table::with(&[]);
         assert_eq!(m.load(&mem, last, 8), Ok(UNDO_ENTRIES as u64));
         assert_eq!(m.load(&mem, 0x10_000, 8), Ok(0));
+    }
+
+    #[test]
+    fn a_soft_seal_gives_way_to_a_full_undo_log() {
+        let mut m = LiveMemory::new();
+        for i in 0..=UNDO_ENTRIES as u64 {
+            m.store(0x10_000 + 8 * i, 8, i).unwrap();
+        }
+        m.seal_soft();
+        for i in 0..UNDO_ENTRIES as u64 {
+            m.store(0x10_000 + 8 * i, 8, 100 + i).unwrap();
+        }
+        assert!(m.is_sealed());
+        // One more save: the store goes in, the seal is forgotten.
+        let last = 0x10_000 + 8 * UNDO_ENTRIES as u64;
+        m.store(last, 8, 1).unwrap();
+        assert!(!m.is_sealed());
+        // Rewinding does nothing now: the logs are the segment's.
+        m.rewind_to_seal();
+        let mem = Table::with(&[]);
+        assert_eq!(m.load(&mem, last, 8), Ok(1));
+        assert_eq!(m.load(&mem, 0x10_000, 8), Ok(100));
+    }
+
+    #[test]
+    fn a_second_seal_saves_every_qword_again() {
+        let mut m = LiveMemory::new();
+        m.store(0x1000, 8, 1).unwrap();
+        m.seal_soft();
+        m.store(0x1000, 8, 2).unwrap();
+        // Sealed again later: 0x1000 changes once more, and the rewind
+        // must give back the value at the second seal, not the first.
+        m.seal();
+        m.store(0x1000, 8, 3).unwrap();
+        m.rewind_to_seal();
+        let mem = Table::with(&[]);
+        assert_eq!(m.load(&mem, 0x1000, 8), Ok(2));
     }
 
     #[test]

@@ -56,6 +56,11 @@ const STOP_IN_STEPS: u64 = 256;
 /// predicted (a loop run until SIGALRM longjmps out of it: 118 hits per
 /// checkpoint without this bound, and every checkpoint mismatched).
 const MAX_CHECKPOINT_HITS: u32 = 16;
+/// Exact visit counts (scans of the visit log) a first pass may make
+/// looking for an arrival that needs [`MAX_CHECKPOINT_HITS`] hits: the
+/// counters that prompt them can overstate a count when addresses share
+/// one.
+const MAX_CUT_SCANS: u32 = 8;
 /// Steps a pass may run past [`MAX_SEGMENT_INSTRUCTIONS`] while its proven
 /// tail holds (see `Segment::tail_entries`): a segment whose checkpoint goes
 /// before the tail needs no visit counts after it. A loop that reads only
@@ -387,6 +392,11 @@ struct Pass {
     /// there (`Emulator::predicted`): a checkpoint there needs no pass
     /// again.
     nth_sealed: bool,
+    /// A first pass sealed the logs and took the state at an arrival that
+    /// needs [`MAX_CHECKPOINT_HITS`] hits, and they are still sealed there:
+    /// (address, steps before, entries before). A segment that would be cut
+    /// for needing more hits ends there without a pass again.
+    cut: Option<(u64, u32, usize)>,
 }
 
 /// What a pass runs to.
@@ -435,6 +445,8 @@ pub struct Emulator {
     code: Code,
     /// Steps run in every pass, kept or redone (see [`Emulator::take_steps_run`]).
     steps_run: u64,
+    /// Passes run, kept or redone.
+    passes_run: u64,
     /// Frames of call stack to take at the Nth branch (0: none; see
     /// [`stack`]).
     callstack_depth: usize,
@@ -448,6 +460,8 @@ pub struct Emulator {
     pub predicted: CpuState,
     /// The last pass's loads and their values (`values`).
     values: ValueLog,
+    /// The run's first instruction will not trap (see [`Emulator::run`]).
+    resumed: bool,
 }
 
 impl Emulator {
@@ -483,12 +497,14 @@ impl Emulator {
             addr_of_mut!((*p).visits).write(Visits::new());
             addr_of_mut!((*p).code).write(code);
             addr_of_mut!((*p).steps_run).write(0);
+            addr_of_mut!((*p).passes_run).write(0);
             addr_of_mut!((*p).callstack_depth).write(0);
             addr_of_mut!((*p).snapshot_stacks).write(false);
             addr_of_mut!((*p).shadow).write(bytemuck::zeroed_box());
             addr_of_mut!((*p).stack).write(bytemuck::zeroed_box());
             addr_of_mut!((*p).predicted).write(INITIAL);
             addr_of_mut!((*p).values).write(ValueLog::new());
+            addr_of_mut!((*p).resumed).write(false);
             emulator.assume_init()
         }
     }
@@ -504,12 +520,14 @@ impl Emulator {
             visits: _,
             code: _,
             steps_run: _,
+            passes_run: _,
             callstack_depth: _,
             snapshot_stacks: _,
             shadow: _,
             stack: _,
             predicted: _,
             values: _,
+            resumed: _,
         } = self;
     }
 
@@ -682,6 +700,7 @@ impl Emulator {
     /// [`Emulator::run`] between entering and leaving the decoded code.
     fn run_entered(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
         self.start = self.cpu.regs;
+        self.resumed = resumed;
         let shadow = self.shadow.mark();
         let before = sink.len();
         let mut pass = self.pass(
@@ -735,6 +754,23 @@ impl Emulator {
                 pass.redo = Some((MAX_TAIL_STEPS, SegmentEnd::Complete));
             } else if hits > 1 && f_entries > 0 && fresh_cost < end_cost {
                 pass.redo = Some((f_steps, SegmentEnd::Continue));
+            } else if let Some((at, steps, entries)) =
+                pass.cut.filter(|_| hits > MAX_CHECKPOINT_HITS)
+            {
+                // The pass sealed the logs where some address needed the
+                // most hits allowed: the checkpoint goes there, with no
+                // pass again.
+                self.cpu.mem.live.rewind_to_seal();
+                sink.truncate(before + entries);
+                return Outcome::Segment(Segment {
+                    at,
+                    hits: MAX_CHECKPOINT_HITS,
+                    entries,
+                    steps,
+                    end: SegmentEnd::Continue,
+                    proven: false,
+                    tail_entries: 0,
+                });
             } else if hits > MAX_CHECKPOINT_HITS {
                 // Cut the segment at the arrival at its end address that
                 // needs the most hits allowed (one more arrival when the
@@ -847,6 +883,7 @@ impl Emulator {
 
     /// Emulates the steps `plan` allows from the current state.
     fn pass(&mut self, sink: &mut impl EntrySink, wanted: usize, plan: Plan) -> Pass {
+        self.passes_run += 1;
         let mut arrivals = 0u32;
         self.cpu.mem.live.reset();
         self.visits.reset();
@@ -872,6 +909,12 @@ impl Emulator {
         let mut tail: Option<(u32, usize)> = None;
         let mut tail_at_nth: Option<(u32, usize)> = None;
         let mut nth_sealed = false;
+        // A first pass: where it sealed the logs at an arrival that needs
+        // the most hits allowed, and the exact counts made to find it.
+        let mut cut: Option<(u64, u32, usize)> = None;
+        let mut cut_scans = 0u32;
+        let watch_cut = plan.overrun && !callstacks;
+        let mut after_taken = false;
         // A first pass past its limit: the steps it is redone to if what
         // let it go on breaks.
         let mut overran: Option<u32> = None;
@@ -892,6 +935,7 @@ impl Emulator {
             tail: None,
             split: None,
             nth_sealed: false,
+            cut: None,
         };
         let mut result = 'run: loop {
             let pc = self.cpu.regs.rip;
@@ -975,6 +1019,26 @@ impl Emulator {
                 }
                 extension += 1;
             }
+            if watch_cut && after_taken && nth.is_none() && rep_start.is_none() {
+                // An arrival at a branch target (a loop's head) that needs
+                // MAX_CHECKPOINT_HITS hits: should the segment need more at
+                // its end, the checkpoint goes at the last such arrival
+                // (see `Pass::cut`). The counters bound the visits from
+                // above; a few exact counts confirm.
+                let prior =
+                    MAX_CHECKPOINT_HITS - 1 + u32::from(self.resumed && pc == self.start.rip);
+                if self.visits.complete()
+                    && cut_scans < MAX_CUT_SCANS
+                    && self.visits.at_least(pc, prior)
+                {
+                    cut_scans += 1;
+                    if self.visits.count(pc) == prior {
+                        self.predicted = self.cpu.regs;
+                        self.cpu.mem.live.seal_soft();
+                        cut = Some((pc, steps, entries));
+                    }
+                }
+            }
             let (rsp, rbp) = (self.cpu.regs.gpr[4], self.cpu.regs.gpr[5]);
             self.cpu.mem.step_mutable_reads = 0;
             self.cpu.mem.step_reads = 0;
@@ -1029,6 +1093,7 @@ impl Emulator {
                         }
                     }
                     steps += 1;
+                    after_taken = r.taken && r.kind != BranchKind::None;
                     if r.next_rip == r.ip && r.kind == BranchKind::None {
                         rep_start.get_or_insert(steps - 1);
                         continue;
@@ -1065,22 +1130,33 @@ impl Emulator {
                         }
                         entries += 1;
                         if entries == wanted {
+                            let prior = self.visits.count(r.next_rip);
                             nth = Some(Nth {
                                 steps,
                                 target: r.next_rip,
-                                prior: self.visits.count(r.next_rip),
+                                prior,
                             });
                             tail_at_nth = tail;
                             if callstacks {
                                 self.take_stack(r.next_rip);
                             }
-                            if plan.overrun && !safe && overran.is_none() {
+                            // A checkpoint back here would need more hits
+                            // than allowed: should the search below fail,
+                            // the cut's seal serves instead.
+                            let first_free = self.resumed && r.next_rip == self.start.rip;
+                            let too_many = prior + 1 - u32::from(first_free) > MAX_CHECKPOINT_HITS;
+                            if plan.overrun
+                                && !safe
+                                && overran.is_none()
+                                && !(too_many && cut.is_some())
+                            {
                                 // The search for a fresh address goes on
                                 // from here; if it fails, the checkpoint
                                 // comes back here, with the logs as now.
                                 self.predicted = self.cpu.regs;
                                 self.cpu.mem.live.seal();
                                 nth_sealed = true;
+                                cut = None;
                             }
                         }
                     }
@@ -1122,6 +1198,7 @@ impl Emulator {
             }
         }
         result.nth_sealed = nth_sealed && result.redo.is_none();
+        result.cut = cut.filter(|_| result.redo.is_none() && self.cpu.mem.live.is_sealed());
         if result.nth_sealed && result.nth.is_none() {
             // Past the Nth branch the pass met its limit or an instruction
             // it cannot run before a fresh address: the search failed.
@@ -1184,12 +1261,15 @@ impl Emulator {
         std::mem::take(&mut self.cpu.mem.decodes)
     }
 
-    /// Steps emulated since the last call, in every pass: a segment's
-    /// `steps` count only the pass it kept, and a pass redone to end at an
-    /// earlier checkpoint (or at an rseq section, or before a rep string
-    /// instruction) ran the steps it drops too.
-    pub fn take_steps_run(&mut self) -> u64 {
-        std::mem::take(&mut self.steps_run)
+    /// Steps emulated since the last call, in every pass, and the passes:
+    /// a segment's `steps` count only the pass it kept, and a pass redone
+    /// to end at an earlier checkpoint (or at an rseq section, or before a
+    /// rep string instruction) ran the steps it drops too.
+    pub fn take_steps_run(&mut self) -> (u64, u64) {
+        (
+            std::mem::take(&mut self.steps_run),
+            std::mem::take(&mut self.passes_run),
+        )
     }
 
     /// Real qwords read and qwords stored by the last segment.

@@ -15,17 +15,32 @@
 /// Addresses the log holds: the instruction budget of a segment.
 pub const VISIT_LOG: usize = super::MAX_SEGMENT_INSTRUCTIONS as usize;
 const FILTER_BITS: usize = 4096;
+/// Saturating visit counters, one per hash of the address (see
+/// [`Visits::at_least`]).
+const COUNTERS: usize = 1024;
 
 #[derive(bytemuck::Zeroable)]
 pub struct Visits {
     log: [u64; VISIT_LOG],
     len: usize,
     filter: [u64; FILTER_BITS / 64],
+    /// Each counter is at least the visits to every address that hashes to
+    /// it: a bound, read at every step, that tells when an exact count (a
+    /// scan of the log) is worth making.
+    counters: [u8; COUNTERS],
+}
+
+/// Where `addr` lives in the filter (word, bit) and which counter is its:
+/// one multiply for both (the counter is the filter position's top bits).
+#[inline]
+fn slots(addr: u64) -> (usize, u64, usize) {
+    let h = (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize & (FILTER_BITS - 1);
+    (h / 64, 1u64 << (h % 64), h / (FILTER_BITS / COUNTERS))
 }
 
 fn bit(addr: u64) -> (usize, u64) {
-    let h = (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize & (FILTER_BITS - 1);
-    (h / 64, 1u64 << (h % 64))
+    let (word, mask, _) = slots(addr);
+    (word, mask)
 }
 
 impl Visits {
@@ -39,6 +54,7 @@ impl Visits {
     pub fn reset(&mut self) {
         self.len = 0;
         self.filter.fill(0);
+        self.counters.fill(0);
     }
 
     /// Records a visit to `addr`; returns true when the path has surely
@@ -46,9 +62,11 @@ impl Visits {
     /// more (the segment's budget ends it first).
     #[inline]
     pub fn visit(&mut self, addr: u64) -> bool {
-        let (word, mask) = bit(addr);
+        let (word, mask, counter) = slots(addr);
         let fresh = self.filter[word] & mask == 0;
         self.filter[word] |= mask;
+        let c = &mut self.counters[counter];
+        *c = c.saturating_add(1);
         if self.len < VISIT_LOG {
             self.log[self.len] = addr;
             self.len += 1;
@@ -61,6 +79,19 @@ impl Visits {
     pub fn surely_new(&self, addr: u64) -> bool {
         let (word, mask) = bit(addr);
         self.filter[word] & mask == 0
+    }
+
+    /// Whether `addr` may have been visited `n` times or more: false means
+    /// surely fewer (exact counts come from [`Visits::count`]).
+    #[inline]
+    pub fn at_least(&self, addr: u64, n: u32) -> bool {
+        u32::from(self.counters[slots(addr).2]) >= n
+    }
+
+    /// Whether every visit so far is in the log (counts are exact).
+    #[inline]
+    pub fn complete(&self) -> bool {
+        self.len < VISIT_LOG
     }
 
     /// Visits to `addr` so far (exact).
@@ -88,6 +119,23 @@ mod tests {
         v.reset();
         assert_eq!(v.count(0x1000), 0);
         assert!(v.visit(0x1000));
+    }
+
+    #[test]
+    fn the_counters_bound_the_visits_from_above() {
+        let mut v = Visits::new();
+        for i in 0..40u64 {
+            for a in 0..50u64 {
+                v.visit(0x40_0000 + 7 * a + i / 20);
+            }
+        }
+        for a in 0..60u64 {
+            let addr = 0x40_0000 + 7 * a;
+            assert!(v.at_least(addr, v.count(addr)));
+        }
+        assert!(!v.at_least(0x90_0000, 1));
+        v.reset();
+        assert!(!v.at_least(0x40_0000, 1));
     }
 
     #[test]

@@ -78,7 +78,9 @@ fn run_counted(
     let e0 = sys::raw::clock_ns();
     let outcome = emu.run(sink, wanted, resumed);
     Counters::add(&c.emulation_decodes, emu.take_decodes());
-    Counters::add(&c.emulated_steps_run, emu.take_steps_run());
+    let (steps, passes) = emu.take_steps_run();
+    Counters::add(&c.emulated_steps_run, steps);
+    Counters::add(&c.emulated_passes, passes);
     Counters::add(&c.emulation_ns, sys::raw::clock_ns().saturating_sub(e0));
     outcome
 }
