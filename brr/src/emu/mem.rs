@@ -140,6 +140,13 @@ impl GuestMemory {
         code
     }
 
+    /// Whether executable bytes were written since `take_code_write` last
+    /// looked: one load and compare, and no store, for the step loop.
+    #[inline(always)]
+    pub fn code_write_pending(&self) -> bool {
+        self.code_written.is_some()
+    }
+
     /// The executable bytes written since the last call, if any.
     #[inline(always)]
     pub fn take_code_write(&mut self) -> Option<(u64, u64)> {
