@@ -36,6 +36,9 @@ pub const MAX_EXEC_RANGES: usize = 1024;
 pub const MAX_RSEQ_RANGES: usize = 256;
 /// Immutable ranges the table holds (left-out ones are simply not read).
 pub const MAX_IMMUTABLE_RANGES: usize = 1024;
+/// Private writable ranges the table holds (left-out ones read as
+/// shared).
+pub const MAX_PRIVATE_RANGES: usize = 1024;
 /// Times a reader tries to catch a copy that stays current.
 pub const READ_TRIES: usize = 4;
 
@@ -45,6 +48,15 @@ pub struct MemoryLayout {
     pub exec: Vec<(u64, u64)>,
     pub rseq: Vec<(u64, u64)>,
     pub immutable: Vec<(u64, u64)>,
+    /// Private writable mappings (heap, stacks, anonymous memory, a
+    /// module's data): in a quiet process only the sampled thread writes
+    /// them (see `quiet`). Shared mappings and the kernel's special ones
+    /// are not here.
+    pub private: Vec<(u64, u64)>,
+    /// Some code is generated at run time: an executable mapping that is
+    /// anonymous or writable (a JIT's). Code can then change under the
+    /// decoded copy, so no segment is proven by quietness alone.
+    pub generated_code: bool,
     /// The code's identity: equal for two layouts whose executable
     /// mappings hold the same code (the same files at the same offsets and
     /// addresses).
@@ -91,6 +103,7 @@ struct Tables {
     exec: RangeTable<MAX_EXEC_RANGES>,
     rseq: RangeTable<MAX_RSEQ_RANGES>,
     immutable: RangeTable<MAX_IMMUTABLE_RANGES>,
+    private: RangeTable<MAX_PRIVATE_RANGES>,
 }
 
 impl Tables {
@@ -99,6 +112,7 @@ impl Tables {
             exec: RangeTable::new(),
             rseq: RangeTable::new(),
             immutable: RangeTable::new(),
+            private: RangeTable::new(),
         }
     }
 }
@@ -115,6 +129,8 @@ pub struct ExecMap {
     /// Moves at every update (the generation only when the code changes).
     version: AtomicU32,
     writer: AtomicBool,
+    /// `MemoryLayout::generated_code` of the last update.
+    generated_code: AtomicBool,
     /// Set (and the worker woken) when a trace ended outside the known
     /// mappings: code may have been loaded since the last refresh.
     refresh_wanted: AtomicU32,
@@ -124,6 +140,21 @@ pub struct ExecMap {
 // is zero and it is not current, and read only by readers counted in it
 // while it is current (see the module doc).
 unsafe impl Sync for ExecMap {}
+
+/// `(inside, start, end)`: the range of the sorted `ranges` holding `addr`,
+/// or the gap between two of them.
+fn stretch(ranges: &[(u64, u64)], addr: u64) -> (bool, u64, u64) {
+    let i = ranges.partition_point(|&(start, _)| start <= addr);
+    let before = i.checked_sub(1).map(|j| ranges[j]);
+    match before {
+        Some((start, end)) if addr < end => (true, start, end),
+        _ => {
+            let lo = before.map_or(0, |(_, end)| end);
+            let hi = ranges.get(i).map_or(u64::MAX, |&(start, _)| start);
+            (false, lo, hi)
+        }
+    }
+}
 
 fn sorted(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut v = ranges.to_vec();
@@ -142,6 +173,7 @@ impl ExecMap {
             has_code: AtomicBool::new(false),
             version: AtomicU32::new(0),
             writer: AtomicBool::new(false),
+            generated_code: AtomicBool::new(false),
             refresh_wanted: AtomicU32::new(0),
         }
     }
@@ -153,9 +185,11 @@ impl ExecMap {
         let exec = sorted(&layout.exec);
         let rseq = sorted(&layout.rseq);
         let immutable = sorted(&layout.immutable);
+        let private = sorted(&layout.private);
         let left_out = exec.len().saturating_sub(MAX_EXEC_RANGES)
             + rseq.len().saturating_sub(MAX_RSEQ_RANGES)
-            + immutable.len().saturating_sub(MAX_IMMUTABLE_RANGES);
+            + immutable.len().saturating_sub(MAX_IMMUTABLE_RANGES)
+            + private.len().saturating_sub(MAX_PRIVATE_RANGES);
         while self
             .writer
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -183,6 +217,7 @@ impl ExecMap {
             copy.exec.store(&exec);
             copy.rseq.store(&rseq);
             copy.immutable.store(&immutable);
+            copy.private.store(&private);
         }
         self.current.store(next, Ordering::SeqCst);
         let same_code = self.has_code.load(Ordering::Relaxed)
@@ -192,6 +227,8 @@ impl ExecMap {
             self.has_code.store(true, Ordering::Relaxed);
             self.generation.fetch_add(1, Ordering::SeqCst);
         }
+        self.generated_code
+            .store(layout.generated_code, Ordering::SeqCst);
         self.version.fetch_add(1, Ordering::SeqCst);
         self.writer.store(false, Ordering::Release);
         left_out
@@ -233,6 +270,12 @@ impl ExecMap {
         .unwrap_or(true)
     }
 
+    /// Whether the process runs code generated at run time (see
+    /// `MemoryLayout::generated_code`). Async-signal-safe.
+    pub fn has_generated_code(&self) -> bool {
+        self.generated_code.load(Ordering::Acquire)
+    }
+
     /// Whether the table holds any rseq critical section (most processes
     /// have none). Async-signal-safe.
     pub fn has_rseq(&self) -> bool {
@@ -258,19 +301,13 @@ impl ExecMap {
     /// table kept changing.
     pub fn immutable_stretch(&self, addr: u64) -> Option<(bool, u64, u64)> {
         // SAFETY: inside `read`, counted in the current copy.
-        self.read(|m| {
-            let ranges = unsafe { m.immutable.get() };
-            let i = ranges.partition_point(|&(start, _)| start <= addr);
-            let before = i.checked_sub(1).map(|j| ranges[j]);
-            match before {
-                Some((start, end)) if addr < end => (true, start, end),
-                _ => {
-                    let lo = before.map_or(0, |(_, end)| end);
-                    let hi = ranges.get(i).map_or(u64::MAX, |&(start, _)| start);
-                    (false, lo, hi)
-                }
-            }
-        })
+        self.read(|m| stretch(unsafe { m.immutable.get() }, addr))
+    }
+
+    /// As [`ExecMap::immutable_stretch`], for the private writable ranges.
+    pub fn private_stretch(&self, addr: u64) -> Option<(bool, u64, u64)> {
+        // SAFETY: inside `read`, counted in the current copy.
+        self.read(|m| stretch(unsafe { m.private.get() }, addr))
     }
 
     /// Moves at every update of the table.
@@ -346,6 +383,8 @@ mod tests {
             exec: exec.to_vec(),
             rseq: rseq.to_vec(),
             immutable: immutable.to_vec(),
+            private: vec![(0x9000, 0xa000)],
+            generated_code: false,
             code: exec.iter().fold(7, |h, &(a, b)| h * 31 + a * 17 + b),
         }
     }

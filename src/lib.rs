@@ -13,7 +13,8 @@
 //! - `sys` (the only syscalls, ioctls and sigaction; fault-safe loads),
 //!   `sync` (spin locks a fork child can reset, the fork guard), `panic`
 //!   (the library never unwinds into its host), `host` (what it met of
-//!   its host: process-wide counters);
+//!   its host: process-wide counters), `quiet` (one application thread
+//!   and no asynchronous signal handler);
 //! - `modules` (/proc/self/maps, ELF facts), `exec_map` (the handlers'
 //!   table of code, rseq and immutable ranges), `buffer` (branch entries,
 //!   trace ends, the preallocated trace buffers and their queues);
@@ -35,6 +36,7 @@ pub mod host;
 pub mod modules;
 pub mod output;
 pub mod panic;
+pub mod quiet;
 pub mod sync;
 pub mod sys;
 pub mod trace;

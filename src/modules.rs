@@ -27,6 +27,27 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// Executable and anonymous, or executable and writable: a JIT's code.
+    pub fn is_generated_code(&self) -> bool {
+        let p = self.perms.as_bytes();
+        let anonymous = self.path.is_empty() || self.path.starts_with("[anon:");
+        p.get(2) == Some(&b'x') && (anonymous || p.get(1) == Some(&b'w'))
+    }
+
+    /// Writable and private (`rw-p`), and not one of the kernel's special
+    /// mappings: memory only the process's own threads write (anonymous
+    /// memory, the heap, stacks, a file's private copy). A bracketed name
+    /// other than the heap, a stack or a named anonymous mapping is the
+    /// kernel's (`[vvar]`, `[uprobes]`, ...).
+    pub fn is_private_writable(&self) -> bool {
+        let p = self.perms.as_bytes();
+        let special = self.path.starts_with('[')
+            && !(self.path == "[heap]"
+                || self.path.starts_with("[stack")
+                || self.path.starts_with("[anon:"));
+        p.get(1) == Some(&b'w') && p.get(3) == Some(&b'p') && !special
+    }
+
     pub fn is_exec(&self) -> bool {
         self.perms.as_bytes().get(2) == Some(&b'x')
     }
@@ -259,6 +280,31 @@ fn read_rseq_ranges(addr: u64, size: u64, maps: &[&Mapping]) -> Vec<(u64, u64)> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn private_memory_and_generated_code_are_told_from_maps() {
+        let maps = parse_maps(
+            "55d0c1e00000-55d0c1e01000 r-xp 00001000 08:01 131090 /tmp/prog\n\
+             55d0c1e02000-55d0c1e03000 rw-p 00002000 08:01 131090 /tmp/prog\n\
+             55d0c2000000-55d0c2100000 rw-p 00000000 00:00 0 [heap]\n\
+             7f0000000000-7f0000100000 rw-p 00000000 00:00 0\n\
+             7f0000100000-7f0000200000 rw-s 00000000 00:05 42 /dev/shm/x\n\
+             7f0000200000-7f0000201000 rwxp 00000000 00:00 0\n\
+             7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]\n\
+             7ffd00100000-7ffd00104000 r--p 00000000 00:00 0 [vvar]\n\
+             7ffd00104000-7ffd00106000 r-xp 00000000 00:00 0 [vdso]\n",
+        );
+        let private: Vec<bool> = maps.iter().map(Mapping::is_private_writable).collect();
+        assert_eq!(
+            private,
+            [false, true, true, true, false, true, true, false, false]
+        );
+        let generated: Vec<bool> = maps.iter().map(Mapping::is_generated_code).collect();
+        assert_eq!(
+            generated,
+            [false, false, false, false, false, true, false, false, false]
+        );
+    }
 
     #[test]
     fn maps_lines_parse() {

@@ -163,8 +163,16 @@ fn a_loop_that_reads_only_its_own_stores_costs_one_stop_per_trace() {
         return;
     };
     let dir = Scratch::new("unrolled");
-    let binary = build(&clang, &dir.0, "unrolled", &["unrolled.c"], &["-O2"]);
-    let native = run_native(&binary, &["60"], &[]);
+    let binary = build(
+        &clang,
+        &dir.0,
+        "unrolled",
+        &["unrolled.c"],
+        &["-O2", "-pthread"],
+    );
+    // A second thread, so that the tail, not quietness, proves the loop.
+    let args = ["60", "thread"];
+    let native = run_native(&binary, &args, &[]);
     assert!(native.status.success(), "{native:?}");
     let out = dir.path("out");
     let profiled = record_with(
@@ -173,7 +181,7 @@ fn a_loop_that_reads_only_its_own_stores_costs_one_stop_per_trace() {
         PERIOD_NS,
         &["--lookahead", "emulate"],
         &binary,
-        &["60"],
+        &args,
         &[],
     );
     assert_same_behaviour("unrolled", &native, &profiled);
@@ -254,12 +262,13 @@ fn a_loop_that_reads_only_its_own_stores_costs_one_stop_per_trace() {
 }
 
 /// A loop that reads memory another thread could change, every iteration
-/// (values.c's volatile arrays), and never leaves within a pass: each
-/// segment's end would need a breakpoint hit per iteration, so it is cut
-/// where a loop head needs the most hits allowed. The first pass seals its
-/// logs there, so the cut takes no second pass: one pass per segment (two,
-/// before: the whole pass was run again to stop at the cut). Every entry is
-/// still validated, and the program's output is unchanged.
+/// (values.c's volatile arrays, with a second thread alive), and never
+/// leaves within a pass: each segment's end would need a breakpoint hit
+/// per iteration, so it is cut where a loop head needs the most hits
+/// allowed. The first pass seals its logs there, so the cut takes no second
+/// pass: one pass per segment (two, before: the whole pass was run again
+/// to stop at the cut). Every entry is still validated, and the program's
+/// output is unchanged.
 #[test]
 fn a_loop_reading_shared_memory_is_cut_without_a_second_pass() {
     let tracer = tracer();
@@ -267,8 +276,15 @@ fn a_loop_reading_shared_memory_is_cut_without_a_second_pass() {
         return;
     };
     let dir = Scratch::new("cut");
-    let binary = build(&clang, &dir.0, "values", &["values.c"], &["-O2"]);
-    let native = run_native(&binary, &["3000"], &[]);
+    let binary = build(
+        &clang,
+        &dir.0,
+        "values",
+        &["values.c"],
+        &["-O2", "-pthread"],
+    );
+    let args = ["3000", "thread"];
+    let native = run_native(&binary, &args, &[]);
     assert!(native.status.success(), "{native:?}");
     let out = dir.path("out");
     let profiled = record_with(
@@ -277,7 +293,7 @@ fn a_loop_reading_shared_memory_is_cut_without_a_second_pass() {
         PERIOD_NS,
         &["--lookahead", "emulate", "--lbr", "128"],
         &binary,
-        &["3000"],
+        &args,
         &[],
     );
     assert_same_behaviour("values", &native, &profiled);
@@ -287,6 +303,12 @@ fn a_loop_reading_shared_memory_is_cut_without_a_second_pass() {
     let s = &rec.summary;
     let segments = counter(s, "segments");
     assert!(segments >= 40, "too few segments to judge: {s}");
+    // Before main started the second thread the process was quiet: a
+    // sample then may prove its entries.
+    assert!(
+        counter(s, "proven_entries") * 10 <= counter(s, "validated_entries"),
+        "a process with two threads was taken as quiet: {s}"
+    );
     // Most segments are cut (a pass reaches its 128th branch inside the
     // loop, 16 hits at most per checkpoint).
     let stops = counter(s, "breakpoints");
@@ -299,4 +321,78 @@ fn a_loop_reading_shared_memory_is_cut_without_a_second_pass() {
         passes * 10 <= segments * 11,
         "{passes} passes for {segments} segments: cut segments were emulated twice: {s}"
     );
+}
+
+/// The same loop in a quiet process (one thread, no handler for an
+/// asynchronous signal: nothing but the thread itself can change its
+/// private memory while it runs): its reads need no checkpoint, so a
+/// trace costs no breakpoint stop at all, where a noisy process takes a
+/// stop per iteration. A handler installed for SIGUSR1 (never sent) makes
+/// it noisy again: no entry is then taken without a checkpoint.
+#[test]
+fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("quiet");
+    let binary = build(
+        &clang,
+        &dir.0,
+        "values",
+        &["values.c"],
+        &["-O2", "-pthread"],
+    );
+    for mode in ["quiet", "handler"] {
+        let args: &[&str] = if mode == "quiet" {
+            &["3000"]
+        } else {
+            &["3000", "handler"]
+        };
+        let native = run_native(&binary, args, &[]);
+        assert!(native.status.success(), "{native:?}");
+        let out = dir.path(mode);
+        let profiled = record_with(
+            &tracer,
+            &out,
+            PERIOD_NS,
+            &["--lookahead", "emulate", "--lbr", "128"],
+            &binary,
+            args,
+            &[],
+        );
+        assert_same_behaviour("values", &native, &profiled);
+        let rec = load(&out);
+        check_summary(&rec);
+        assert_valid_traces("values", &rec);
+        let s = &rec.summary;
+        let traces = counter(s, "traces_started");
+        assert!(traces >= 20, "{mode}: too few traces to judge: {s}");
+        let (proven, validated) = (
+            counter(s, "proven_entries"),
+            counter(s, "validated_entries"),
+        );
+        let stops = counter(s, "breakpoints");
+        if mode == "quiet" {
+            assert!(
+                proven >= 9 * validated,
+                "{mode}: {proven} entries proven, {validated} validated at a checkpoint: {s}"
+            );
+            assert!(
+                stops * 4 <= traces,
+                "{mode}: {stops} breakpoint stops for {traces} traces: {s}"
+            );
+        } else {
+            // Quiet until main installed the handler: a sample before may
+            // prove its entries.
+            assert!(
+                proven * 10 <= validated,
+                "{mode}: {proven} entries taken without a checkpoint, {validated} with: {s}"
+            );
+            assert!(
+                stops >= 8 * traces,
+                "{mode}: {stops} stops for {traces} traces, where a checkpoint per iteration is due: {s}"
+            );
+        }
+    }
 }

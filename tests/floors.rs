@@ -12,6 +12,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("sync", 0),
     ("panic", 0),
     ("host", 0),
+    ("quiet", 0),
     ("modules", 1),
     ("exec_map", 1),
     ("buffer", 1),

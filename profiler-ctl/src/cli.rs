@@ -232,6 +232,22 @@ pub struct SessionArgs {
     )]
     pub values: bool,
     #[arg(
+        long,
+        help = "validate every emulated segment at a checkpoint, even in a quiet process \
+                (one thread, no asynchronous signal handler), whose private memory is \
+                otherwise trusted to change only by the thread itself",
+        long_help = "validate every emulated segment at a checkpoint, even in a quiet process.\n\
+                     A process with one application thread and no handler for an \
+                     asynchronous signal can change its private memory (heap, stacks, \
+                     anonymous and data mappings) only by the sampled thread's own \
+                     instructions, so emulate mode takes a segment that reads only such \
+                     memory as proven, with no breakpoint stop. Another process writing that \
+                     memory (a debugger, process_vm_writev) would make it wrong: this flag \
+                     checks every segment's reads at a checkpoint instead, at the cost of \
+                     the stops. Emulate mode only (the other modes always stop)."
+    )]
+    pub always_check: bool,
+    #[arg(
         short,
         long,
         value_name = "DIR",
@@ -262,6 +278,7 @@ impl SessionArgs {
                 .then(|| self.stack_depth.unwrap_or(DEFAULT_CALLSTACK)),
             unwind: self.unwind,
             values: self.values.then_some(true),
+            always_check: self.always_check.then_some(true),
         }
     }
 }

@@ -46,7 +46,7 @@ pub const PERF_SCRIPT_FILE: &str = "perf.script";
 
 /// Every variable the library reads at load time. A launcher sets or clears
 /// all of them, so values left in its environment do not mix with its own.
-pub const ENV_VARIABLES: [&str; 13] = [
+pub const ENV_VARIABLES: [&str; 14] = [
     "BREAKDANCE_AUTOSTART",
     "BREAKDANCE_EVENT",
     "BREAKDANCE_PERIOD",
@@ -60,10 +60,11 @@ pub const ENV_VARIABLES: [&str; 13] = [
     "BREAKDANCE_CALLSTACK",
     "BREAKDANCE_UNWIND",
     "BREAKDANCE_VALUES",
+    "BREAKDANCE_ALWAYS_CHECK",
 ];
 
 /// The session options and the variable each is read from at autostart.
-const OPTION_VARIABLES: [(&str, &str); 10] = [
+const OPTION_VARIABLES: [(&str, &str); 11] = [
     ("event", "BREAKDANCE_EVENT"),
     ("period", "BREAKDANCE_PERIOD"),
     ("freq", "BREAKDANCE_FREQ"),
@@ -74,6 +75,7 @@ const OPTION_VARIABLES: [(&str, &str); 10] = [
     ("callstack", "BREAKDANCE_CALLSTACK"),
     ("unwind", "BREAKDANCE_UNWIND"),
     ("values", "BREAKDANCE_VALUES"),
+    ("always_check", "BREAKDANCE_ALWAYS_CHECK"),
 ];
 
 /// The sampling event that picks trace starts.
@@ -232,10 +234,12 @@ pub enum OptionError {
     Values(String),
     #[error("values needs lookahead emulate: the loads are seen by the emulator in the segments it validates")]
     ValuesMode,
+    #[error("always_check must be 1 or 0, got '{0}'")]
+    AlwaysCheck(String),
     #[error("unwind must be fp or dwarf, got '{0}'")]
     Unwind(String),
     #[error(
-        "unknown option '{0}' (known: event, period, freq, lbr, out, lookahead, force_dir, callstack, unwind, values)"
+        "unknown option '{0}' (known: event, period, freq, lbr, out, lookahead, force_dir, callstack, unwind, values, always_check)"
     )]
     UnknownOption(String),
     #[error("lookahead must be paper, emulate or verify, got '{0}'")]
@@ -271,6 +275,9 @@ pub struct SessionOptions {
     /// Record the value of every load the validated segments executed
     /// (value profiles); `None` leaves it off.
     pub values: Option<bool>,
+    /// Validate every segment at a checkpoint, even the private reads of
+    /// a quiet process (see the library's `quiet`); `None` leaves it off.
+    pub always_check: Option<bool>,
 }
 
 /// How `callstack` finds the frames the trace did not see called.
@@ -349,6 +356,13 @@ impl SessionOptions {
                     _ => return Err(OptionError::Values(value.to_string())),
                 })
             }
+            "always_check" => {
+                self.always_check = Some(match value {
+                    "1" => true,
+                    "0" => false,
+                    _ => return Err(OptionError::AlwaysCheck(value.to_string())),
+                })
+            }
             "force_dir" => {
                 self.force_dir = match value {
                     "1" => true,
@@ -403,6 +417,9 @@ impl SessionOptions {
         }
         if let Some(v) = self.values {
             pairs.push(("values", u8::from(v).to_string()));
+        }
+        if let Some(v) = self.always_check {
+            pairs.push(("always_check", u8::from(v).to_string()));
         }
         pairs
     }

@@ -65,6 +65,8 @@ pub struct Resolved {
     pub unwind: breakdance_protocol::Unwind,
     /// Record load values (value profiles).
     pub values: bool,
+    /// Validate every segment at a checkpoint, quiet process or not.
+    pub always_check: bool,
 }
 
 /// Picks the default event (a hardware branch event where a PMU exists,
@@ -113,6 +115,7 @@ pub fn resolve(o: &Options, pmu_available: bool) -> Result<Resolved, ConfigError
         callstack,
         unwind: o.unwind.unwrap_or_default(),
         values,
+        always_check: o.always_check.unwrap_or(false),
     })
 }
 

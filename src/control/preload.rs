@@ -67,14 +67,16 @@ fn start_control_thread() {
             // enumerate threads: wait for that, so it is never traced.
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             let spawned = sys::with_signals_blocked(|| {
-                std::thread::Builder::new()
-                    .name("breakdance-ctl".into())
-                    .stack_size(256 * 1024)
-                    .spawn(move || {
-                        threads::mark_own_thread();
-                        let _ = ready_tx.send(());
-                        socket::serve(listener)
-                    })
+                crate::quiet::spawning_own(|| {
+                    std::thread::Builder::new()
+                        .name("breakdance-ctl".into())
+                        .stack_size(256 * 1024)
+                        .spawn(move || {
+                            threads::mark_own_thread();
+                            let _ = ready_tx.send(());
+                            socket::serve(listener)
+                        })
+                })
             });
             match spawned {
                 Ok(_) => {
@@ -155,6 +157,7 @@ extern "C" fn after_fork_in_parent() {
 /// library's copies of the parent's descriptors, start nothing (see the
 /// module doc).
 extern "C" fn after_fork_in_child() {
+    crate::quiet::reset_after_fork();
     session::reset_after_fork();
     terminate::reset_after_fork();
     crate::emulate::code::reset_after_fork();
@@ -288,7 +291,11 @@ pub unsafe extern "C" fn pthread_create(
     arg: *mut c_void,
 ) -> i32 {
     let real = real_pthread_create();
-    if !session::session_running() || threads::is_own_thread(sys::gettid()) {
+    let own = threads::is_own_thread(sys::gettid());
+    if !own {
+        crate::quiet::thread_created();
+    }
+    if !session::session_running() || own {
         // SAFETY: forwarded contract.
         return unsafe { real(thread, attr, routine, arg) };
     }
@@ -317,6 +324,10 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> i32 {
+    // SAFETY: the caller passes null or a valid pointer.
+    if let Some(a) = unsafe { act.as_ref() } {
+        crate::quiet::handler_installed(sig, a.sa_sigaction);
+    }
     // SAFETY: the caller passes null or valid pointers.
     if chain::intercept(sig, unsafe { act.as_ref() }, unsafe { old.as_mut() }) {
         return 0;
@@ -353,6 +364,7 @@ type RealSignal = unsafe extern "C" fn(i32, libc::sighandler_t) -> libc::sighand
 /// As signal(2).
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
+    crate::quiet::handler_installed(sig, handler);
     if chain::CHAINED.contains(&sig) {
         // SAFETY: plain data, all-zero is valid.
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };

@@ -140,8 +140,61 @@ fn traced_modules(maps: &[modules::Mapping]) -> Vec<Module> {
         .collect()
 }
 
-/// The handler's table of code, rseq sections and immutable memory.
-fn layout(mods: &[Module]) -> MemoryLayout {
+/// Notes what makes the process noisy that the interposers do not see
+/// (`quiet`): a second application thread (one made by a raw clone, or
+/// before the library loaded), an application handler for an asynchronous
+/// signal (installed by a raw system call, or before the library loaded).
+/// The library's own threads and handlers do not count.
+fn survey_quiet() {
+    if !crate::quiet::is_quiet() {
+        return;
+    }
+    match sys::thread_ids() {
+        Ok(tids) => crate::quiet::threads_seen(
+            tids.into_iter()
+                .filter(|t| !threads::is_own_thread(*t))
+                .count(),
+        ),
+        Err(_) => crate::quiet::threads_seen(usize::MAX),
+    }
+    let own = library_base();
+    for sig in 1..=libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP || crate::quiet::synchronous(sig) {
+            continue;
+        }
+        // SAFETY: plain data, all-zero is valid.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a query (no new action) into a valid out-pointer.
+        if unsafe { sys::real_sigaction(sig, std::ptr::null(), &mut old) }.is_err() {
+            continue;
+        }
+        let handler = old.sa_sigaction;
+        if handler == libc::SIG_DFL || handler == libc::SIG_IGN || base_of(handler) == own {
+            continue;
+        }
+        crate::quiet::handler_installed(sig, handler);
+    }
+}
+
+/// Where the object holding `addr` is loaded (0 if none).
+fn base_of(addr: usize) -> usize {
+    // SAFETY: plain data, all-zero is valid.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables.
+    if unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } == 0 {
+        return 0;
+    }
+    info.dli_fbase as usize
+}
+
+/// Where this library is loaded.
+fn library_base() -> usize {
+    base_of(survey_quiet as fn() as usize)
+}
+
+/// The handler's table of code, rseq sections, immutable and private
+/// memory.
+fn layout(mods: &[Module], maps: &[modules::Mapping]) -> MemoryLayout {
     use std::hash::{Hash, Hasher};
     let mut code = std::collections::hash_map::DefaultHasher::new();
     for x in mods.iter().flat_map(|m| &m.exec) {
@@ -167,6 +220,12 @@ fn layout(mods: &[Module]) -> MemoryLayout {
             .iter()
             .flat_map(|m| m.immutable.iter().copied())
             .collect(),
+        private: maps
+            .iter()
+            .filter(|m| m.is_private_writable())
+            .map(|m| (m.start, m.end))
+            .collect(),
+        generated_code: maps.iter().any(|m| m.is_generated_code()),
     }
 }
 
@@ -210,8 +269,9 @@ fn worker(
                 if text == last_maps {
                     return;
                 }
-                let mods = traced_modules(&modules::parse_maps(&text));
-                tracer.exec.update(&layout(&mods));
+                let maps = modules::parse_maps(&text);
+                let mods = traced_modules(&maps);
+                tracer.exec.update(&layout(&mods, &maps));
                 for m in mods {
                     if !seen
                         .iter()
@@ -228,6 +288,7 @@ fn worker(
         if look {
             last_look = sys::now_ns();
             threads::sweep(tracer);
+            survey_quiet();
         }
         // Per-thread state for the threads being sampled: sized by the
         // recent demand, not by the thread count (see `trace::pools`).
@@ -268,8 +329,9 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     // change to the worker.
     let loads = sys::loaded_object_changes();
     let maps = std::fs::read_to_string("/proc/self/maps").map_err(StartError::Proc)?;
-    let mods = traced_modules(&modules::parse_maps(&maps));
-    tracer.exec.update(&layout(&mods));
+    let parsed = modules::parse_maps(&maps);
+    let mods = traced_modules(&parsed);
+    tracer.exec.update(&layout(&mods, &parsed));
     tracer.retired.reset();
     crate::host::HOST.reset();
     tracer.table_full.store(0, Ordering::Relaxed);
@@ -279,6 +341,9 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         .callstack
         .store(resolved.callstack, Ordering::Relaxed);
     tracer.values.store(resolved.values, Ordering::Relaxed);
+    tracer
+        .always_check
+        .store(resolved.always_check, Ordering::Relaxed);
     tracer.unwind_dwarf.store(
         resolved.unwind == breakdance_protocol::Unwind::Dwarf,
         Ordering::Relaxed,
@@ -325,9 +390,11 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         let stop = stop_worker.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let handle = sys::with_signals_blocked(|| {
-            std::thread::Builder::new()
-                .name("breakdance-worker".into())
-                .spawn(move || worker(tracer, stop, ready_tx, maps, loads))
+            crate::quiet::spawning_own(|| {
+                std::thread::Builder::new()
+                    .name("breakdance-worker".into())
+                    .spawn(move || worker(tracer, stop, ready_tx, maps, loads))
+            })
         })
         .map_err(StartError::Proc)?;
         // Marked as the library's before threads are enumerated.
@@ -335,6 +402,8 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         handle
     };
 
+    crate::quiet::open_stat();
+    survey_quiet();
     // Threads registering themselves wait for `running`; those found here
     // are registered by this thread.
     let mut registered = 0u64;

@@ -98,6 +98,17 @@ pub struct SpecMemory {
     /// The last answer of the immutable-memory table, as (immutable,
     /// start, end, table version): most loads fall in the same stretch.
     last_immutable: (bool, u64, u64, u32),
+    /// As `last_immutable`, for the private writable ranges.
+    last_private: (bool, u64, u64, u32),
+    /// The process was quiet when the run began (see [`crate::quiet`]):
+    /// its private memory changes only by the thread's own stores.
+    quiet: bool,
+    /// The thread's rseq area (the kernel writes it when the thread is
+    /// preempted or moved): never private in that sense.
+    rseq_area: (u64, u64),
+    /// The brk heap as it is now, from its start to the current break: it
+    /// grows faster than the table follows /proc/self/maps.
+    heap: (u64, u64),
     /// Instructions decoded (the decoded-instruction cache missed).
     pub decodes: u64,
     /// Reads the step being run made of memory another thread could
@@ -144,6 +155,34 @@ impl SpecMemory {
             return immutable && addr.saturating_add(size as u64) <= end;
         }
         immutable && addr.saturating_add(size as u64) <= end
+    }
+
+    /// Whether `[addr, addr + size)` is memory only the thread itself can
+    /// change while it runs: private writable memory of a quiet process,
+    /// outside its rseq area.
+    #[inline]
+    fn is_unshared(&mut self, addr: u64, size: usize) -> bool {
+        if !self.quiet {
+            return false;
+        }
+        let end = addr.saturating_add(size as u64);
+        let (rs, re) = self.rseq_area;
+        if addr < re && rs < end {
+            return false;
+        }
+        if addr >= self.heap.0 && end <= self.heap.1 {
+            return true;
+        }
+        let (private, start, stretch_end, version) = self.last_private;
+        let current = self.exec.version();
+        if !(version == current && addr >= start && addr < stretch_end) {
+            let Some((private, start, stretch_end)) = self.exec.private_stretch(addr) else {
+                return false;
+            };
+            self.last_private = (private, start, stretch_end, current);
+            return private && end <= stretch_end;
+        }
+        private && end <= stretch_end
     }
 
     /// The qword at `addr` as the segment sees it, not logged (see
@@ -197,7 +236,7 @@ impl x86_sem::Memory for SpecMemory {
                 })?;
         self.step_reads += 1;
         self.step_value = value;
-        if real && !self.is_immutable(addr, size) {
+        if real && !self.is_immutable(addr, size) && !self.is_unshared(addr, size) {
             if self.step_mutable_reads == 0 {
                 self.step_mutable_addr = addr;
             }
@@ -268,11 +307,51 @@ fn table() -> &'static Table<SpecCpu> {
     TABLE.get_or_init(|| Table::boxed(&CpuModel::host()))
 }
 
+/// The C library's registered rseq area, as (offset from the thread
+/// pointer, size); size 0 when it registered none (or is not glibc 2.35 or
+/// later). Read once, in [`warm`].
+fn rseq_area() -> (u64, u64) {
+    static AREA: OnceLock<(u64, u64)> = OnceLock::new();
+    *AREA.get_or_init(|| {
+        // SAFETY: dlsym with a NUL-terminated name; the symbols, when
+        // present, are glibc's `ptrdiff_t __rseq_offset` and `unsigned int
+        // __rseq_size`, constant after startup.
+        unsafe {
+            let offset = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr());
+            let size = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr());
+            if offset.is_null() || size.is_null() {
+                return (0, 0);
+            }
+            let size = u64::from(*size.cast::<u32>());
+            if size == 0 {
+                return (0, 0);
+            }
+            // The kernel's struct rseq is at least 32 bytes, whatever size
+            // the library announces.
+            (*offset.cast::<isize>() as u64, size.max(32))
+        }
+    })
+}
+
+/// Where the process's brk heap begins (`start_brk`, field 47 of
+/// /proc/self/stat), read once in [`warm`]; None if unreadable.
+fn heap_start() -> Option<u64> {
+    static START: OnceLock<Option<u64>> = OnceLock::new();
+    *START.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // The command name (field 2) may hold spaces: count after it.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        rest.split(' ').nth(47 - 3)?.parse().ok()
+    })
+}
+
 /// Builds everything lazy the handlers will touch (the dispatch table, the
-/// XSAVE layout, the shared decoded-code table), before any signal is
-/// armed.
+/// XSAVE layout, the shared decoded-code table, the rseq area's place, the
+/// heap's start), before any signal is armed.
 pub fn warm() {
     table();
+    rseq_area();
+    heap_start();
     context::warm();
     code::warm();
 }
@@ -462,6 +541,8 @@ pub struct Emulator {
     values: ValueLog,
     /// The run's first instruction will not trap (see [`Emulator::run`]).
     resumed: bool,
+    /// See [`Emulator::set_trust_quiet`].
+    trust_quiet: bool,
 }
 
 impl Emulator {
@@ -486,6 +567,10 @@ impl Emulator {
                 exec,
                 last_range: (0, 0, 0),
                 last_immutable: (false, 0, 0, u32::MAX),
+                last_private: (false, 0, 0, u32::MAX),
+                quiet: false,
+                rseq_area: (0, 0),
+                heap: (0, 0),
                 decodes: 0,
                 step_mutable_reads: 0,
                 step_mutable_addr: 0,
@@ -505,6 +590,7 @@ impl Emulator {
             addr_of_mut!((*p).predicted).write(INITIAL);
             addr_of_mut!((*p).values).write(ValueLog::new());
             addr_of_mut!((*p).resumed).write(false);
+            addr_of_mut!((*p).trust_quiet).write(true);
             emulator.assume_init()
         }
     }
@@ -528,6 +614,7 @@ impl Emulator {
             predicted: _,
             values: _,
             resumed: _,
+            trust_quiet: _,
         } = self;
     }
 
@@ -543,6 +630,13 @@ impl Emulator {
     pub fn set_callstack(&mut self, depth: usize, snapshot: bool) {
         self.callstack_depth = depth.min(stack::MAX_FRAMES);
         self.snapshot_stacks = snapshot;
+    }
+
+    /// Whether the next runs take a quiet process's private memory as the
+    /// thread's own (see [`crate::quiet`]); off, every segment that reads
+    /// memory is validated at a checkpoint.
+    pub fn set_trust_quiet(&mut self, on: bool) {
+        self.trust_quiet = on;
     }
 
     /// Whether the next runs log their loads and values (see [`values`]).
@@ -682,6 +776,31 @@ impl Emulator {
     /// undefined at a stop; RF is the kernel's, not the program's).
     fn begin(&mut self) {
         self.code.enter(self.cpu.mem.exec.generation());
+        // A module with rseq critical sections may read an rseq area of
+        // its own, which the kernel writes; code generated at run time may
+        // change under its decoded copy: in either, no memory is taken as
+        // private.
+        let mem = &mut self.cpu.mem;
+        mem.quiet = self.trust_quiet
+            && !mem.exec.has_rseq()
+            && !mem.exec.has_generated_code()
+            && crate::quiet::is_quiet_now();
+        let (offset, size) = rseq_area();
+        let start = self.cpu.regs.fs_base.wrapping_add(offset);
+        mem.rseq_area = if size == 0 {
+            (0, 0)
+        } else {
+            (start, start.saturating_add(size))
+        };
+        mem.heap = match heap_start() {
+            Some(start) if mem.quiet => {
+                // SAFETY: brk(0) changes nothing and returns the current
+                // break.
+                let brk = unsafe { crate::sys::raw::syscall4(libc::SYS_brk, 0, 0, 0, 0) };
+                (start, u64::try_from(brk).unwrap_or(0).max(start))
+            }
+            _ => (0, 0),
+        };
         self.cpu.regs.undefined = 0;
         self.cpu.regs.rflags &= !context::RF;
     }

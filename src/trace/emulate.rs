@@ -323,6 +323,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
         tracer.unwind_dwarf.load(Ordering::Relaxed),
     );
     emu.set_values(tracer.values.load(Ordering::Relaxed));
+    emu.set_trust_quiet(!tracer.always_check.load(Ordering::Relaxed));
     // Before the first push: whatever happens to this handler, the entries
     // after `committed` are not the trace's until validated.
     t.committed = Some(committed);

@@ -428,6 +428,9 @@ pub struct Tracer {
     /// Loads of validated segments are recorded with their values
     /// (`values`).
     pub values: AtomicBool,
+    /// Every segment is validated at a checkpoint, even in a quiet process
+    /// (`always_check`).
+    pub always_check: AtomicBool,
     /// Sessions accept new threads only while this is set.
     pub running: AtomicBool,
     /// Counters of threads retired during the session.
@@ -465,6 +468,7 @@ pub fn tracer_or_init() -> &'static Tracer {
         callstack: AtomicUsize::new(0),
         unwind_dwarf: AtomicBool::new(false),
         values: AtomicBool::new(false),
+        always_check: AtomicBool::new(false),
         running: AtomicBool::new(false),
         retired: Counters::default(),
         table_full: Default::default(),

@@ -224,6 +224,7 @@ static OWN_TIDS: [AtomicI32; MAX_OWN_THREADS] = [const { AtomicI32::new(0) }; MA
 /// Marks the calling thread as one of the library's.
 pub fn mark_own_thread() {
     let tid = sys::gettid();
+    crate::quiet::own_thread(true);
     for slot in &OWN_TIDS {
         if slot
             .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed)
@@ -236,6 +237,7 @@ pub fn mark_own_thread() {
 
 pub fn unmark_own_thread() {
     let tid = sys::gettid();
+    crate::quiet::own_thread(false);
     for slot in &OWN_TIDS {
         let _ = slot.compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
     }

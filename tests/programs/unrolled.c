@@ -10,9 +10,22 @@
  * In execution order a trace holds, between two `jz` entries, exactly
  * eight back edges.
  *
- * Usage: unrolled [CALLS]; prints a checksum. */
+ * Usage: unrolled [CALLS [thread]]; prints a checksum. With `thread`, a
+ * second thread sleeps through the run: the process is then not quiet
+ * (the tracer cannot take its private memory as unchanging), and its
+ * segments need the proven tail. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void *sleeper(void *arg) {
+  (void)arg;
+  for (;;)
+    pause();
+  return NULL;
+}
 
 unsigned long spin(unsigned long n, unsigned long seed);
 __asm__(".text\n"
@@ -57,6 +70,11 @@ __asm__(".text\n"
 
 int main(int argc, char **argv) {
   long calls = argc > 1 ? atol(argv[1]) : 400;
+  if (argc > 2 && strcmp(argv[2], "thread") == 0) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, sleeper, NULL) != 0)
+      return 2;
+  }
   unsigned long s = 0;
   for (long i = 0; i < calls; i++)
     s += spin(100000, s + (unsigned long)i);

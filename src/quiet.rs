@@ -1,0 +1,222 @@
+//! Whether the process is *quiet*: one application thread, and no
+//! application handler for a signal that can arrive at any instant. In a
+//! quiet process nothing but the sampled thread itself writes its private
+//! memory while it runs: no other thread exists to, and no handler can run
+//! in between its instructions. So a segment's reads of private memory
+//! cannot be changed under it, and need no checkpoint (see
+//! ARCHITECTURE.md, "Quiet processes").
+//!
+//! Both conditions are sticky: once a second application thread or such a
+//! handler has been seen, the process stays noisy for good (a later
+//! survey never makes it quiet again). They are noted synchronously where
+//! the library can (the `pthread_create`, `sigaction` and `signal`
+//! interposers: before the thread exists or the handler is installed), and
+//! by a survey of /proc/self/task and of every signal's action at session
+//! start and every worker look (handlers installed by a raw system call).
+//! Threads the interposer cannot see (C11 `thrd_create`, the C library's
+//! timer and AIO helpers, a raw `clone`) are counted at each run instead:
+//! [`is_quiet_now`] reads the process's thread count (one `pread` of
+//! /proc/self/stat, kept open) and takes away the library's own.
+//!
+//! Async-signal-safe: atomics and one system call.
+
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+
+/// A second application thread was seen.
+const THREADS: u32 = 1;
+/// An application handler for an asynchronous signal was seen.
+const HANDLERS: u32 = 2;
+
+static NOISE: AtomicU32 = AtomicU32::new(0);
+/// The library is starting one of its own threads (from an application
+/// thread: the control thread, at load).
+static OWN_SPAWNS: AtomicU32 = AtomicU32::new(0);
+
+/// /proc/self/stat, open while a session may read it (-1: not open).
+static STAT_FD: AtomicI32 = AtomicI32::new(-1);
+/// The library's own threads alive (the control thread, the worker).
+static OWN_THREADS: AtomicU32 = AtomicU32::new(0);
+
+/// Whether nothing has made the process noisy so far (see the module
+/// doc): a cheap test before [`is_quiet_now`].
+#[inline]
+pub fn is_quiet() -> bool {
+    NOISE.load(Ordering::Acquire) == 0
+}
+
+/// Whether the process is quiet at this instant: nothing made it noisy,
+/// and it has no thread but the caller and the library's own. From a
+/// handler, on the sampled thread: a thread made since would have needed
+/// a system call of this one (which ends every segment) or of another
+/// thread (then counted).
+pub fn is_quiet_now() -> bool {
+    if !is_quiet() {
+        return false;
+    }
+    let Some(threads) = thread_count() else {
+        return false;
+    };
+    if threads > 1 + u64::from(OWN_THREADS.load(Ordering::Acquire)) {
+        NOISE.fetch_or(THREADS, Ordering::AcqRel);
+        return false;
+    }
+    true
+}
+
+/// Opens /proc/self/stat for [`is_quiet_now`] (at session start, on the
+/// control thread; kept open, close-on-exec).
+pub fn open_stat() {
+    if STAT_FD.load(Ordering::Acquire) >= 0 {
+        return;
+    }
+    // SAFETY: a NUL-terminated path; the result is checked.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/stat".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd >= 0
+        && STAT_FD
+            .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+    {
+        // SAFETY: our own descriptor, never shared.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// In a fork child: the descriptor names the parent's stat, and the
+/// library's threads are not here.
+pub fn reset_after_fork() {
+    let fd = STAT_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: our own descriptor; the child has one thread.
+        unsafe { libc::close(fd) };
+    }
+    OWN_THREADS.store(0, Ordering::Release);
+}
+
+/// One of the library's threads started running (or ended: `false`).
+pub fn own_thread(started: bool) {
+    if started {
+        OWN_THREADS.fetch_add(1, Ordering::AcqRel);
+    } else {
+        let _ = OWN_THREADS.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+}
+
+/// The process's threads (field 20 of /proc/self/stat), read with no
+/// allocation.
+fn thread_count() -> Option<u64> {
+    let fd = STAT_FD.load(Ordering::Acquire);
+    if fd < 0 {
+        return None;
+    }
+    // The fields up to num_threads fit: pid, a command of at most 16
+    // bytes, and 17 numbers.
+    let mut buf = [0u8; 320];
+    // SAFETY: pread into a buffer of that length.
+    let n = unsafe {
+        crate::sys::raw::syscall4(
+            libc::SYS_pread64,
+            fd as u64,
+            buf.as_mut_ptr() as u64,
+            buf.len() as u64,
+            0,
+        )
+    };
+    let text = buf.get(..usize::try_from(n).ok()?)?;
+    num_threads(text)
+}
+
+/// num_threads from the text of a stat file.
+fn num_threads(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    // After ") ": state (field 3), then fields 4.. ; num_threads is 20.
+    let field = stat.get(close + 2..)?.split(|&b| b == b' ').nth(20 - 3)?;
+    let mut value = 0u64;
+    for &d in field {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    (!field.is_empty()).then_some(value)
+}
+
+/// Runs `spawn`, which starts one of the library's own threads: the
+/// `pthread_create` it makes is not an application thread.
+pub fn spawning_own<T>(spawn: impl FnOnce() -> T) -> T {
+    OWN_SPAWNS.fetch_add(1, Ordering::AcqRel);
+    let out = spawn();
+    OWN_SPAWNS.fetch_sub(1, Ordering::AcqRel);
+    out
+}
+
+/// An application thread is about to create a thread (called before it
+/// exists).
+pub fn thread_created() {
+    if OWN_SPAWNS.load(Ordering::Acquire) == 0 {
+        NOISE.fetch_or(THREADS, Ordering::AcqRel);
+    }
+}
+
+/// A survey found `threads` application threads.
+pub fn threads_seen(threads: usize) {
+    if threads > 1 {
+        NOISE.fetch_or(THREADS, Ordering::AcqRel);
+    }
+}
+
+/// Whether `sig` arrives only as the result of the instruction the thread
+/// is running (a fault, a trap, a bad system call): its handler runs only
+/// where the emulated path itself would have stopped.
+pub fn synchronous(sig: i32) -> bool {
+    matches!(
+        sig,
+        libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL | libc::SIGTRAP | libc::SIGSYS
+    )
+}
+
+/// The application installs `handler` (a `sa_sigaction` value) for `sig`,
+/// or a survey found it there.
+pub fn handler_installed(sig: i32, handler: libc::sighandler_t) {
+    if handler != libc::SIG_DFL && handler != libc::SIG_IGN && !synchronous(sig) {
+        NOISE.fetch_or(HANDLERS, Ordering::AcqRel);
+    }
+}
+
+/// What made the process noisy, for the summary: (a second thread, a
+/// handler).
+pub fn noise() -> (bool, bool) {
+    let n = NOISE.load(Ordering::Acquire);
+    (n & THREADS != 0, n & HANDLERS != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_thread_count_is_read_from_a_stat_line() {
+        let line = b"4242 (my prog) x) R 1 4242 4242 0 -1 4194304 100 0 0 0 5 1 0 0 20 0 3 0 12345 1000000 200";
+        assert_eq!(num_threads(line), Some(3));
+        assert_eq!(num_threads(b"4242 (p) R 1 2"), None);
+        let own = std::fs::read("/proc/self/stat").unwrap();
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap().count() as u64;
+        assert!(
+            num_threads(&own).is_some_and(|n| n >= 1 && n <= tasks + 8),
+            "{own:?}"
+        );
+    }
+
+    #[test]
+    fn faults_are_synchronous_and_timers_are_not() {
+        assert!(synchronous(libc::SIGSEGV));
+        assert!(synchronous(libc::SIGTRAP));
+        assert!(!synchronous(libc::SIGALRM));
+        assert!(!synchronous(libc::SIGINT));
+        assert!(!synchronous(libc::SIGRTMIN()));
+    }
+}
