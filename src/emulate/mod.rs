@@ -1230,6 +1230,9 @@ impl Emulator {
                                 fresh,
                             );
                         }
+                        if watch_cut {
+                            self.visits.arrive(r.next_rip);
+                        }
                         if !sink.push(BranchEntry {
                             from: r.ip,
                             to: r.next_rip,

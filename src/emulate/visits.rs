@@ -24,8 +24,9 @@ pub struct Visits {
     log: [u64; VISIT_LOG],
     len: usize,
     filter: [u64; FILTER_BITS / 64],
-    /// Each counter is at least the visits to every address that hashes to
-    /// it: a bound, read at every step, that tells when an exact count (a
+    /// Each counter is at least the arrivals by a taken branch
+    /// ([`Visits::arrive`]) at every address that hashes to it: a bound,
+    /// read after every taken branch, that tells when an exact count (a
     /// scan of the log) is worth making.
     counters: [u8; COUNTERS],
 }
@@ -62,11 +63,9 @@ impl Visits {
     /// more (the segment's budget ends it first).
     #[inline]
     pub fn visit(&mut self, addr: u64) -> bool {
-        let (word, mask, counter) = slots(addr);
+        let (word, mask) = bit(addr);
         let fresh = self.filter[word] & mask == 0;
         self.filter[word] |= mask;
-        let c = &mut self.counters[counter];
-        *c = c.saturating_add(1);
         if self.len < VISIT_LOG {
             self.log[self.len] = addr;
             self.len += 1;
@@ -81,8 +80,17 @@ impl Visits {
         self.filter[word] & mask == 0
     }
 
-    /// Whether `addr` may have been visited `n` times or more: false means
-    /// surely fewer (exact counts come from [`Visits::count`]).
+    /// A taken branch went to `addr` (counted apart from [`Visits::visit`],
+    /// which every step makes: only branch targets are loop heads).
+    #[inline]
+    pub fn arrive(&mut self, addr: u64) {
+        let c = &mut self.counters[slots(addr).2];
+        *c = c.saturating_add(1);
+    }
+
+    /// Whether `addr` may have been reached by a taken branch `n` times or
+    /// more: false means surely fewer (exact counts of all visits come
+    /// from [`Visits::count`]).
     #[inline]
     pub fn at_least(&self, addr: u64, n: u32) -> bool {
         u32::from(self.counters[slots(addr).2]) >= n
@@ -127,6 +135,7 @@ mod tests {
         for i in 0..40u64 {
             for a in 0..50u64 {
                 v.visit(0x40_0000 + 7 * a + i / 20);
+                v.arrive(0x40_0000 + 7 * a + i / 20);
             }
         }
         for a in 0..60u64 {
