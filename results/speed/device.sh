@@ -5,8 +5,16 @@
 # before/libbreakdance.so, after/libbreakdance.so, speedtest1,
 # threads_work, short_threads, rusage. Writes runs.csv and each run's
 # summary.json to $OUT (default: target/device/out).
+#
+# BUILDS (default "before after") names the builds compared, each a
+# directory of target/device holding libbreakdance.so and, optionally, a
+# file `env` of extra VAR=value words for its runs (the same library with
+# another option). ROUNDS (default 7) is the SQLite rounds (3 for the
+# others).
 set -u
 D=target/device
+BUILDS=${BUILDS:-before after}
+ROUNDS=${ROUNDS:-7}
 OUT=${OUT:-$D/out}
 mkdir -p "$OUT"
 { grep -m1 'model name' /proc/cpuinfo; nproc; uname -r; ldd --version | head -1; } > "$OUT/machine.txt"
@@ -18,20 +26,26 @@ run() { # part setting round build lbr period_ns CMD...
   if [ "$build" = native ]; then
     line=$("$D/rusage" "$@")
   else
-    line=$("$D/rusage" env BREAKDANCE_AUTOSTART=1 BREAKDANCE_EVENT=task-clock BREAKDANCE_PERIOD="$period" \
+    local extra=""
+    [ -f "$D/$build/env" ] && extra=$(cat "$D/$build/env")
+    # shellcheck disable=SC2086 # extra holds VAR=value words
+    line=$("$D/rusage" env $extra BREAKDANCE_AUTOSTART=1 BREAKDANCE_EVENT=task-clock BREAKDANCE_PERIOD="$period" \
       BREAKDANCE_LBR="$lbr" BREAKDANCE_LOOKAHEAD=emulate BREAKDANCE_OUTPUT="$dir" \
       LD_PRELOAD="$PWD/$D/$build/libbreakdance.so" "$@")
     cp "$dir/summary.json" "$OUT/$part-$setting-$r-$build.json" 2>/dev/null
   fi
   echo "$part,$setting,$r,$build,$(echo "$line" | tr ' ' ',')" >> "$OUT/runs.csv"
 }
-both() { # part setting round lbr period CMD...: native, then the builds in alternating order
+both() { # part setting round lbr period CMD...: native, then the builds in an order that turns from round to round
   local part=$1 setting=$2 r=$3 lbr=$4 period=$5; shift 5
-  run "$part" "$setting" "$r" native "$lbr" "$period" "$@"
-  local order="before after"; [ $((r % 2)) = 0 ] && order="after before"
-  for b in $order; do run "$part" "$setting" "$r" "$b" "$lbr" "$period" "$@"; done
+  local cmd=("$@") builds i
+  run "$part" "$setting" "$r" native "$lbr" "$period" "${cmd[@]}"
+  read -r -a builds <<< "$BUILDS"
+  for ((i = 0; i < ${#builds[@]}; i++)); do
+    run "$part" "$setting" "$r" "${builds[$(((i + r) % ${#builds[@]}))]}" "$lbr" "$period" "${cmd[@]}"
+  done
 }
-for r in 1 2 3 4 5 6 7; do
+for r in $(seq 1 "$ROUNDS"); do
   for s in "32 1" "128 3" "128 10"; do
     set -- $s
     both sqlite "$1-$2ms" "$r" "$1" $(($2 * 1000000)) "$D/speedtest1" --memdb --testset main --size 25
@@ -42,6 +56,14 @@ for r in 1 2 3; do
     both qsort "$t-threads" "$r" 128 3000000 "$D/threads_work" "$t" 1500
   done
   both churn 1000-threads "$r" 128 10000000 "$D/short_threads" 1000 50 50
+  # Two more of bench-harness's workloads, where present (their training
+  # inputs): bzip2 -9 of 6 MiB of text, Lua's benchmark script.
+  if [ -x "$D/bzip2" ]; then
+    both bzip2 128-3ms "$r" 128 3000000 "$D/bzip2" -c -9 "$D/text-train.txt"
+  fi
+  if [ -x "$D/lua" ]; then
+    both lua 128-3ms "$r" 128 3000000 "$D/lua" "$D/bench.lua" train 10
+  fi
 done
 rm -rf "$OUT/tmp"
 echo done

@@ -12,15 +12,20 @@ def summary(r):
 def native(r):
     return next(n for n in rows if n["part"] == r["part"] and n["setting"] == r["setting"]
                 and n["round"] == r["round"] and n["build"] == "native")
-print("| workload | setting | build | CPU over native | ns per kept step | ns per step run | steps run per kept | decodes per 100 steps run | segments per trace | stops per trace | handler µs per trace | extra CPU per trace (µs) | peak RSS (MB) | mismatches (reg/mem) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| workload | setting | build | CPU over native | ns per kept step | ns per step run | steps run per kept | decodes per 100 steps run | segments per trace | stops per trace | handler µs per trace | extra CPU per trace (µs) | peak RSS (MB) | mismatches (reg/mem) | entries proven |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+# The builds in the order their first run appears (before, after, ...).
+builds = []
+for r in rows:
+    if r["build"] != "native" and r["build"] not in builds:
+        builds.append(r["build"])
 seen = []
 for r in rows:
     key = (r["part"], r["setting"])
     if key not in seen:
         seen.append(key)
 for part, setting in seen:
-    for build in ("before", "after"):
+    for build in builds:
         rs = [r for r in rows if (r["part"], r["setting"], r["build"]) == (part, setting, build)]
         if not rs:
             continue
@@ -41,7 +46,9 @@ for part, setting in seen:
         handler = med(lambda r, s: (s["sampling_ns"] + s["breakpoint_ns"]) / max(1, s["traces_started"]) / 1e3)
         rss = med(lambda r, s: int(r["maxrss_kb"]) / 1024)
         mism = "%d/%d" % (sum(s["speculation_mismatch_registers"] for s in ss), sum(s["speculation_mismatch_memory"] for s in ss))
-        print(f"| {part} | {setting} | {build} | {ratio:.3f}× | {kept:.0f} | {run} | {s_run} | {dec:.1f} | {segs:.2f} | {stops:.2f} | {handler:.0f} | {extra:.0f} | {rss:.1f} | {mism} |")
+        entries = sum(s["proven_entries"] + s["validated_entries"] for s in ss)
+        proven = "%.0f%%" % (100 * sum(s["proven_entries"] for s in ss) / max(1, entries))
+        print(f"| {part} | {setting} | {build} | {ratio:.3f}× | {kept:.0f} | {run} | {s_run} | {dec:.1f} | {segs:.2f} | {stops:.2f} | {handler:.0f} | {extra:.0f} | {rss:.1f} | {mism} | {proven} |")
     nat = [r for r in rows if (r["part"], r["setting"], r["build"]) == (part, setting, "native")]
-    print(f"| {part} | {setting} | native | {st.median(cpu(r) for r in nat):.3f} s | | | | | | | | | {st.median(int(r['maxrss_kb']) for r in nat) / 1024:.1f} | |")
+    print(f"| {part} | {setting} | native | {st.median(cpu(r) for r in nat):.3f} s | | | | | | | | | {st.median(int(r['maxrss_kb']) for r in nat) / 1024:.1f} | | |")
 print(f"\n{len(rows)} runs; machine: " + " / ".join(open(os.path.join(out, "machine.txt")).read().split("\n")[:4]))
