@@ -57,6 +57,9 @@ pub struct MemoryLayout {
     /// anonymous or writable (a JIT's). Code can then change under the
     /// decoded copy, so no segment is proven by quietness alone.
     pub generated_code: bool,
+    /// Every mapping (adjacent ones merged): a read elsewhere that
+    /// succeeds is of memory mapped since the table was made.
+    pub mapped: Vec<(u64, u64)>,
     /// The code's identity: equal for two layouts whose executable
     /// mappings hold the same code (the same files at the same offsets and
     /// addresses).
@@ -104,6 +107,7 @@ struct Tables {
     rseq: RangeTable<MAX_RSEQ_RANGES>,
     immutable: RangeTable<MAX_IMMUTABLE_RANGES>,
     private: RangeTable<MAX_PRIVATE_RANGES>,
+    mapped: RangeTable<MAX_PRIVATE_RANGES>,
 }
 
 impl Tables {
@@ -113,6 +117,7 @@ impl Tables {
             rseq: RangeTable::new(),
             immutable: RangeTable::new(),
             private: RangeTable::new(),
+            mapped: RangeTable::new(),
         }
     }
 }
@@ -186,10 +191,12 @@ impl ExecMap {
         let rseq = sorted(&layout.rseq);
         let immutable = sorted(&layout.immutable);
         let private = sorted(&layout.private);
+        let mapped = sorted(&layout.mapped);
         let left_out = exec.len().saturating_sub(MAX_EXEC_RANGES)
             + rseq.len().saturating_sub(MAX_RSEQ_RANGES)
             + immutable.len().saturating_sub(MAX_IMMUTABLE_RANGES)
-            + private.len().saturating_sub(MAX_PRIVATE_RANGES);
+            + private.len().saturating_sub(MAX_PRIVATE_RANGES)
+            + mapped.len().saturating_sub(MAX_PRIVATE_RANGES);
         while self
             .writer
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -218,6 +225,7 @@ impl ExecMap {
             copy.rseq.store(&rseq);
             copy.immutable.store(&immutable);
             copy.private.store(&private);
+            copy.mapped.store(&mapped);
         }
         self.current.store(next, Ordering::SeqCst);
         let same_code = self.has_code.load(Ordering::Relaxed)
@@ -304,6 +312,13 @@ impl ExecMap {
         self.read(|m| stretch(unsafe { m.immutable.get() }, addr))
     }
 
+    /// Whether `addr` lies in a mapping the table knows (None when the
+    /// table kept changing). Async-signal-safe.
+    pub fn is_mapped(&self, addr: u64) -> Option<bool> {
+        // SAFETY: inside `read`, counted in the current copy.
+        self.read(|m| stretch(unsafe { m.mapped.get() }, addr).0)
+    }
+
     /// As [`ExecMap::immutable_stretch`], for the private writable ranges.
     pub fn private_stretch(&self, addr: u64) -> Option<(bool, u64, u64)> {
         // SAFETY: inside `read`, counted in the current copy.
@@ -385,6 +400,7 @@ mod tests {
             immutable: immutable.to_vec(),
             private: vec![(0x9000, 0xa000)],
             generated_code: false,
+            mapped: vec![(0x1000, 0xa000)],
             code: exec.iter().fold(7, |h, &(a, b)| h * 31 + a * 17 + b),
         }
     }

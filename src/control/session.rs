@@ -226,6 +226,15 @@ fn layout(mods: &[Module], maps: &[modules::Mapping]) -> MemoryLayout {
             .map(|m| (m.start, m.end))
             .collect(),
         generated_code: maps.iter().any(|m| m.is_generated_code()),
+        mapped: maps
+            .iter()
+            .fold(Vec::new(), |mut merged: Vec<(u64, u64)>, m| {
+                match merged.last_mut() {
+                    Some(last) if last.1 == m.start => last.1 = m.end,
+                    _ => merged.push((m.start, m.end)),
+                }
+                merged
+            }),
     }
 }
 

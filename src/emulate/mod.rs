@@ -109,6 +109,9 @@ pub struct SpecMemory {
     /// The brk heap as it is now, from its start to the current break: it
     /// grows faster than the table follows /proc/self/maps.
     heap: (u64, u64),
+    /// A quiet run read memory the table does not know (mapped since it
+    /// was made): the worker is asked to look at the maps again.
+    unmapped_read: bool,
     /// Instructions decoded (the decoded-instruction cache missed).
     pub decodes: u64,
     /// Reads the step being run made of memory another thread could
@@ -237,6 +240,9 @@ impl x86_sem::Memory for SpecMemory {
         self.step_reads += 1;
         self.step_value = value;
         if real && !self.is_immutable(addr, size) && !self.is_unshared(addr, size) {
+            if self.quiet && !self.unmapped_read && self.exec.is_mapped(addr) == Some(false) {
+                self.unmapped_read = true;
+            }
             if self.step_mutable_reads == 0 {
                 self.step_mutable_addr = addr;
             }
@@ -571,6 +577,7 @@ impl Emulator {
                 quiet: false,
                 rseq_area: (0, 0),
                 heap: (0, 0),
+                unmapped_read: false,
                 decodes: 0,
                 step_mutable_reads: 0,
                 step_mutable_addr: 0,
@@ -813,6 +820,11 @@ impl Emulator {
         self.begin();
         let outcome = self.run_entered(sink, wanted, resumed);
         self.code.leave();
+        if std::mem::take(&mut self.cpu.mem.unmapped_read) {
+            // Private memory mapped since the worker's last look (a large
+            // allocation) would prove the segments that read it.
+            self.cpu.mem.exec.request_refresh();
+        }
         outcome
     }
 
