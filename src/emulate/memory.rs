@@ -307,16 +307,22 @@ impl LiveMemory {
 
     /// Loads `size` (1 to 8) bytes at `addr`, little-endian.
     pub fn load(&mut self, probe: &impl Probe, addr: u64, size: usize) -> Result<u64, AccessError> {
-        self.load_noting(probe, addr, size).map(|(value, _)| value)
+        self.load_noting(probe, addr, size, true)
+            .map(|(value, _)| value)
     }
 
     /// [`LiveMemory::load`], saying also whether any byte came from real
     /// memory (not all of them from the overlay: see [`LiveMemory::covers`]).
+    ///
+    /// With `log` false the bytes read from real memory are neither logged
+    /// nor checked later: memory that cannot change while the segment runs
+    /// (immutable, or private to a quiet process), read afresh each time.
     pub fn load_noting(
         &mut self,
         probe: &impl Probe,
         addr: u64,
         size: usize,
+        log: bool,
     ) -> Result<(u64, bool), AccessError> {
         debug_assert!((1..=8).contains(&size));
         let mut value = 0u64;
@@ -328,11 +334,14 @@ impl LiveMemory {
             }
             let (ov_value, ov_mask) = self.stored(q).map_or((0, 0), |s| (s.value, s.mask));
             let from_real = mask & !ov_mask;
-            let real = if from_real != 0 {
+            let real = if from_real == 0 {
+                0
+            } else if log {
                 any_real = true;
                 self.real_qword(probe, q, from_real)?
             } else {
-                0
+                any_real = true;
+                probe.read_qword(q).ok_or(AccessError::Fault(q))?
             };
             let merged = (ov_value & bits(ov_mask)) | (real & !bits(ov_mask));
             let part = (merged & bits(mask)) >> (8 * shift);

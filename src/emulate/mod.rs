@@ -230,16 +230,19 @@ impl SpecMemory {
 impl x86_sem::Memory for SpecMemory {
     #[inline]
     fn load(&mut self, addr: u64, size: usize) -> Result<u64, MemError> {
-        let (value, real) =
-            self.live
-                .load_noting(&RealMemory, addr, size)
-                .map_err(|e| match e {
-                    AccessError::Fault(_) => MemError::Fault { addr, write: false },
-                    AccessError::LogFull => MemError::Refused { addr },
-                })?;
+        // Memory nothing else can change needs no log: the checkpoint has
+        // nothing to check there, and a second read finds the same bytes.
+        let stable = self.is_immutable(addr, size) || self.is_unshared(addr, size);
+        let (value, real) = self
+            .live
+            .load_noting(&RealMemory, addr, size, !stable)
+            .map_err(|e| match e {
+                AccessError::Fault(_) => MemError::Fault { addr, write: false },
+                AccessError::LogFull => MemError::Refused { addr },
+            })?;
         self.step_reads += 1;
         self.step_value = value;
-        if real && !self.is_immutable(addr, size) && !self.is_unshared(addr, size) {
+        if real && !stable {
             if self.quiet && !self.unmapped_read && self.exec.is_mapped(addr) == Some(false) {
                 self.unmapped_read = true;
             }
