@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use bench_harness::elf::ModuleMap;
 use common::*;
@@ -12,6 +13,35 @@ use common::*;
 const PERIOD_NS: u64 = 200_000;
 /// Runs at most, to gather a test's minimum.
 const MAX_RUNS: usize = 8;
+
+/// Runs `binary ARGS` natively, then recorded in emulate mode (with `extra`
+/// options) into `out`: the same output and status, a summary that
+/// reconciles and valid traces, or the test fails. Returns the recording.
+fn record_checked(
+    tracer: &Tracer,
+    binary: &Path,
+    args: &[&str],
+    extra: &[&str],
+    out: &Path,
+) -> Recording {
+    let name = binary.file_name().unwrap().to_string_lossy().into_owned();
+    let native = run_native(binary, args, &[]);
+    assert!(native.status.success(), "{native:?}");
+    let mut options = vec!["--lookahead", "emulate"];
+    options.extend_from_slice(extra);
+    let profiled = record_with(tracer, out, PERIOD_NS, &options, binary, args, &[]);
+    assert_same_behaviour(&name, &native, &profiled);
+    let rec = load(out);
+    check_summary(&rec);
+    assert_valid_traces(&name, &rec);
+    rec
+}
+
+/// values.c (a loop over volatile arrays; `thread` or `handler` as a
+/// second argument make the process noisy), built into `dir`.
+fn values_program(clang: &Path, dir: &Scratch) -> std::path::PathBuf {
+    build(clang, &dir.0, "values", &["values.c"], &["-O2", "-pthread"])
+}
 
 /// Rounds of the flipper whose branch on the flipped word a trace shows,
 /// decoded from the trace alone: (round, value the trace says it read).
@@ -171,23 +201,7 @@ fn a_loop_that_reads_only_its_own_stores_costs_one_stop_per_trace() {
         &["-O2", "-pthread"],
     );
     // A second thread, so that the tail, not quietness, proves the loop.
-    let args = ["60", "thread"];
-    let native = run_native(&binary, &args, &[]);
-    assert!(native.status.success(), "{native:?}");
-    let out = dir.path("out");
-    let profiled = record_with(
-        &tracer,
-        &out,
-        PERIOD_NS,
-        &["--lookahead", "emulate"],
-        &binary,
-        &args,
-        &[],
-    );
-    assert_same_behaviour("unrolled", &native, &profiled);
-    let rec = load(&out);
-    check_summary(&rec);
-    assert_valid_traces("unrolled", &rec);
+    let rec = record_checked(&tracer, &binary, &["60", "thread"], &[], &dir.path("out"));
     let s = &rec.summary;
     let traces = counter(s, "traces_started");
     assert!(traces >= 20, "too few traces to judge: {s}");
@@ -276,30 +290,14 @@ fn a_loop_reading_shared_memory_is_cut_without_a_second_pass() {
         return;
     };
     let dir = Scratch::new("cut");
-    let binary = build(
-        &clang,
-        &dir.0,
-        "values",
-        &["values.c"],
-        &["-O2", "-pthread"],
-    );
-    let args = ["3000", "thread"];
-    let native = run_native(&binary, &args, &[]);
-    assert!(native.status.success(), "{native:?}");
-    let out = dir.path("out");
-    let profiled = record_with(
+    let binary = values_program(&clang, &dir);
+    let rec = record_checked(
         &tracer,
-        &out,
-        PERIOD_NS,
-        &["--lookahead", "emulate", "--lbr", "128"],
         &binary,
-        &args,
-        &[],
+        &["3000", "thread"],
+        &["--lbr", "128"],
+        &dir.path("out"),
     );
-    assert_same_behaviour("values", &native, &profiled);
-    let rec = load(&out);
-    check_summary(&rec);
-    assert_valid_traces("values", &rec);
     let s = &rec.summary;
     let segments = counter(s, "segments");
     assert!(segments >= 40, "too few segments to judge: {s}");
@@ -336,35 +334,14 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
         return;
     };
     let dir = Scratch::new("quiet");
-    let binary = build(
-        &clang,
-        &dir.0,
-        "values",
-        &["values.c"],
-        &["-O2", "-pthread"],
-    );
+    let binary = values_program(&clang, &dir);
     for mode in ["quiet", "handler"] {
         let args: &[&str] = if mode == "quiet" {
             &["3000"]
         } else {
             &["3000", "handler"]
         };
-        let native = run_native(&binary, args, &[]);
-        assert!(native.status.success(), "{native:?}");
-        let out = dir.path(mode);
-        let profiled = record_with(
-            &tracer,
-            &out,
-            PERIOD_NS,
-            &["--lookahead", "emulate", "--lbr", "128"],
-            &binary,
-            args,
-            &[],
-        );
-        assert_same_behaviour("values", &native, &profiled);
-        let rec = load(&out);
-        check_summary(&rec);
-        assert_valid_traces("values", &rec);
+        let rec = record_checked(&tracer, &binary, args, &["--lbr", "128"], &dir.path(mode));
         let s = &rec.summary;
         let traces = counter(s, "traces_started");
         assert!(traces >= 20, "{mode}: too few traces to judge: {s}");

@@ -148,16 +148,14 @@ impl SpecMemory {
     /// `ExecMap::is_immutable`), remembering the stretch last asked about.
     #[inline]
     fn is_immutable(&mut self, addr: u64, size: usize) -> bool {
-        let (immutable, start, end, version) = self.last_immutable;
-        let current = self.exec.version();
-        if !(version == current && addr >= start && addr < end) {
-            let Some((immutable, start, end)) = self.exec.immutable_stretch(addr) else {
-                return false;
-            };
-            self.last_immutable = (immutable, start, end, current);
-            return immutable && addr.saturating_add(size as u64) <= end;
-        }
-        immutable && addr.saturating_add(size as u64) <= end
+        let end = addr.saturating_add(size as u64);
+        in_stretch(
+            &mut self.last_immutable,
+            self.exec,
+            addr,
+            end,
+            ExecMap::immutable_stretch,
+        )
     }
 
     /// Whether `[addr, addr + size)` is memory only the thread itself can
@@ -176,16 +174,13 @@ impl SpecMemory {
         if addr >= self.heap.0 && end <= self.heap.1 {
             return true;
         }
-        let (private, start, stretch_end, version) = self.last_private;
-        let current = self.exec.version();
-        if !(version == current && addr >= start && addr < stretch_end) {
-            let Some((private, start, stretch_end)) = self.exec.private_stretch(addr) else {
-                return false;
-            };
-            self.last_private = (private, start, stretch_end, current);
-            return private && end <= stretch_end;
-        }
-        private && end <= stretch_end
+        in_stretch(
+            &mut self.last_private,
+            self.exec,
+            addr,
+            end,
+            ExecMap::private_stretch,
+        )
     }
 
     /// The qword at `addr` as the segment sees it, not logged (see
@@ -272,6 +267,33 @@ impl x86_sem::Memory for SpecMemory {
         // since the table was refreshed reads as not executable.
         self.exec.read_code(addr, &mut buf[..n])
     }
+}
+
+/// An `ExecMap` table's answer for an address: (inside a range, start,
+/// end) of the range or gap holding it.
+type StretchLookup = fn(&ExecMap, u64) -> Option<(bool, u64, u64)>;
+
+/// Whether `[addr, end)` lies in one range of a table of `exec` that
+/// `lookup` reads, answered from `cache` (the stretch last looked up and
+/// the table's version then) while it holds `addr`.
+#[inline]
+fn in_stretch(
+    cache: &mut (bool, u64, u64, u32),
+    exec: &ExecMap,
+    addr: u64,
+    end: u64,
+    lookup: StretchLookup,
+) -> bool {
+    let current = exec.version();
+    let (inside, start, stretch_end, version) = *cache;
+    if version == current && addr >= start && addr < stretch_end {
+        return inside && end <= stretch_end;
+    }
+    let Some((inside, start, stretch_end)) = lookup(exec, addr) else {
+        return false;
+    };
+    *cache = (inside, start, stretch_end, current);
+    inside && end <= stretch_end
 }
 
 /// The machine the core runs in the handler.
