@@ -11,10 +11,17 @@
  *
  * A trace entry that contradicts the record (round i announced, then the
  * call to flag_v with v != record[i]) is a branch the program did not
- * take. Arguments: rounds (at most 2^24), record file. */
+ * take. Arguments: rounds (at most 2^24), record file.
+ *
+ * Built with -DC11_THREADS the flipper thread is started by C11's
+ * thrd_create, which the C library runs without its exported
+ * pthread_create (no interposer sees it). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef C11_THREADS
+#include <threads.h>
+#endif
 
 static volatile int shared;
 static volatile int done;
@@ -55,6 +62,13 @@ static void *flipper(void *arg) {
     return NULL;
 }
 
+#ifdef C11_THREADS
+static int flipper_c11(void *arg) {
+    flipper(arg);
+    return 0;
+}
+#endif
+
 /* Calls out the 24 bits of i, one call per bit, unrolled. */
 __attribute__((noinline)) static void announce(unsigned long i) {
 #define CALL(b) bits[b][(i >> (b)) & 1]();
@@ -73,8 +87,13 @@ int main(int argc, char **argv) {
     if (rounds > (1ul << 24))
         rounds = 1ul << 24;
     unsigned char *record = calloc(rounds ? rounds : 1, 1);
+#ifdef C11_THREADS
+    thrd_t t;
+    if (!record || thrd_create(&t, flipper_c11, NULL) != thrd_success) {
+#else
     pthread_t t;
     if (!record || pthread_create(&t, NULL, flipper, NULL) != 0) {
+#endif
         fprintf(stderr, "flipper: cannot start\n");
         return 1;
     }
@@ -87,7 +106,11 @@ int main(int argc, char **argv) {
         ones += v;
     }
     done = 1;
+#ifdef C11_THREADS
+    thrd_join(t, NULL);
+#else
     pthread_join(t, NULL);
+#endif
     FILE *f = fopen(argv[2], "wb");
     if (!f || fwrite(record, 1, rounds, f) != rounds || fclose(f) != 0) {
         fprintf(stderr, "flipper: cannot write %s\n", argv[2]);
