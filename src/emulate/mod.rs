@@ -817,22 +817,21 @@ impl Emulator {
             && !mem.exec.has_rseq()
             && !mem.exec.has_generated_code()
             && crate::quiet::is_quiet_now();
-        let (offset, size) = rseq_area();
-        let start = self.cpu.regs.fs_base.wrapping_add(offset);
-        mem.rseq_area = if size == 0 {
-            (0, 0)
-        } else {
-            (start, start.saturating_add(size))
-        };
-        mem.heap = match heap_start() {
-            Some(start) if mem.quiet => {
+        // What `is_unshared` reads: only a quiet run asks.
+        (mem.rseq_area, mem.heap) = ((0, 0), (0, 0));
+        if mem.quiet {
+            let (offset, size) = rseq_area();
+            if size != 0 {
+                let start = self.cpu.regs.fs_base.wrapping_add(offset);
+                mem.rseq_area = (start, start.saturating_add(size));
+            }
+            if let Some(start) = heap_start() {
                 // SAFETY: brk(0) changes nothing and returns the current
                 // break.
                 let brk = unsafe { crate::sys::raw::syscall4(libc::SYS_brk, 0, 0, 0, 0) };
-                (start, u64::try_from(brk).unwrap_or(0).max(start))
+                mem.heap = (start, u64::try_from(brk).unwrap_or(0).max(start));
             }
-            _ => (0, 0),
-        };
+        }
         self.cpu.regs.undefined = 0;
         self.cpu.regs.rflags &= !context::RF;
     }
@@ -842,8 +841,9 @@ impl Emulator {
     /// `resumed` is the RF bit of the signal frame: the first instruction
     /// will run once without trapping.
     pub fn run(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
+        self.resumed = resumed;
         self.begin();
-        let outcome = self.run_entered(sink, wanted, resumed);
+        let outcome = self.run_entered(sink, wanted);
         self.code.leave();
         if std::mem::take(&mut self.cpu.mem.unmapped_read) {
             // Private memory mapped since the worker's last look (a large
@@ -854,9 +854,8 @@ impl Emulator {
     }
 
     /// [`Emulator::run`] between entering and leaving the decoded code.
-    fn run_entered(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
+    fn run_entered(&mut self, sink: &mut impl EntrySink, wanted: usize) -> Outcome {
         self.start = self.cpu.regs;
-        self.resumed = resumed;
         let shadow = self.shadow.mark();
         let before = sink.len();
         let mut pass = self.pass(
@@ -877,18 +876,12 @@ impl Emulator {
             // search for a fresh address past the Nth branch failed, the
             // end is the Nth branch's target, as visited then.
             let (hits, nth_steps, end_at) = match pass.nth.filter(|_| pass.exhausted) {
-                Some(nth) => {
-                    let mut hits = nth.prior + 1;
-                    if resumed && nth.target == self.start.rip {
-                        hits -= 1;
-                    }
-                    (hits.max(1), Some(nth.steps), nth.target)
-                }
-                None => (
-                    self.hits_at(self.cpu.regs.rip, resumed),
-                    None,
-                    self.cpu.regs.rip,
+                Some(nth) => (
+                    self.hits_after(nth.target, nth.prior),
+                    Some(nth.steps),
+                    nth.target,
                 ),
+                None => (self.hits_at(self.cpu.regs.rip), None, self.cpu.regs.rip),
             };
             // Stops and steps per entry: the end costs its hits; the
             // fresh point one stop, this pass's steps (thrown away and
@@ -931,8 +924,7 @@ impl Emulator {
                 // Cut the segment at the arrival at its end address that
                 // needs the most hits allowed (one more arrival when the
                 // first, at the start, does not trap).
-                let first_free = u32::from(resumed && end_at == self.start.rip);
-                cut = Some((end_at, MAX_CHECKPOINT_HITS + first_free));
+                cut = Some((end_at, MAX_CHECKPOINT_HITS + self.free_arrivals(end_at)));
                 pass.redo = Some((MAX_SEGMENT_INSTRUCTIONS, SegmentEnd::Continue));
             } else if at_nth {
                 // The predicted state is the one taken at the Nth branch;
@@ -983,13 +975,9 @@ impl Emulator {
             // The checkpoint goes where the logs were sealed, with the
             // state taken there (`Emulator::predicted`).
             self.cpu.mem.live.rewind_to_seal();
-            let mut hits = visits + 1;
-            if resumed && at == self.start.rip {
-                hits -= 1;
-            }
             return Outcome::Segment(Segment {
                 at,
-                hits: hits.max(1),
+                hits: self.hits_after(at, visits),
                 entries: pass.entries,
                 steps: pass.steps,
                 end: SegmentEnd::Complete,
@@ -1013,7 +1001,7 @@ impl Emulator {
             // proven segment arms no checkpoint.)
             return Outcome::End(AbortReason::LookaheadLimit);
         }
-        let hits = self.hits_at(at, resumed);
+        let hits = self.hits_at(at);
         self.predicted = self.cpu.regs;
         Outcome::Segment(Segment {
             at,
@@ -1027,14 +1015,21 @@ impl Emulator {
     }
 
     /// Breakpoint hits at `at` until the thread is where the pass ended: one
-    /// per visit of the pass, and the last; the first instruction does not
-    /// trap when the thread resumes with RF set.
-    fn hits_at(&self, at: u64, resumed: bool) -> u32 {
-        let mut hits = self.visits.count(at) + 1;
-        if resumed && at == self.start.rip {
-            hits -= 1;
-        }
-        hits.max(1)
+    /// per visit of the pass, and the last (see [`Emulator::hits_after`]).
+    fn hits_at(&self, at: u64) -> u32 {
+        self.hits_after(at, self.visits.count(at))
+    }
+
+    /// Breakpoint hits at `at` until the arrival after `prior` visits of the
+    /// run's passes: one per arrival that traps.
+    fn hits_after(&self, at: u64, prior: u32) -> u32 {
+        (prior + 1 - self.free_arrivals(at)).max(1)
+    }
+
+    /// Arrivals at `at` that do not trap: the run's first instruction, when
+    /// the thread resumes with RF set (`Emulator::run`'s `resumed`).
+    fn free_arrivals(&self, at: u64) -> u32 {
+        u32::from(self.resumed && at == self.start.rip)
     }
 
     /// Emulates the steps `plan` allows from the current state.
@@ -1181,8 +1176,7 @@ impl Emulator {
                 // its end, the checkpoint goes at the last such arrival
                 // (see `Pass::cut`). The counters bound the visits from
                 // above; a few exact counts confirm.
-                let prior =
-                    MAX_CHECKPOINT_HITS - 1 + u32::from(self.resumed && pc == self.start.rip);
+                let prior = MAX_CHECKPOINT_HITS - 1 + self.free_arrivals(pc);
                 if self.visits.complete()
                     && cut_scans < MAX_CUT_SCANS
                     && self.visits.at_least(pc, prior)
@@ -1302,8 +1296,7 @@ impl Emulator {
                             // A checkpoint back here would need more hits
                             // than allowed: should the search below fail,
                             // the cut's seal serves instead.
-                            let first_free = self.resumed && r.next_rip == self.start.rip;
-                            let too_many = prior + 1 - u32::from(first_free) > MAX_CHECKPOINT_HITS;
+                            let too_many = self.hits_after(r.next_rip, prior) > MAX_CHECKPOINT_HITS;
                             if plan.overrun
                                 && !safe
                                 && overran.is_none()
