@@ -11,7 +11,7 @@
 //! survey never makes it quiet again). They are noted synchronously where
 //! the library can (the `pthread_create`, `sigaction` and `signal`
 //! interposers: before the thread exists or the handler is installed), and
-//! by a survey of /proc/self/task and of every signal's action at session
+//! by a survey of every signal's action at session
 //! start and every worker look (handlers installed by a raw system call).
 //! Threads the interposer cannot see (C11 `thrd_create`, the C library's
 //! timer and AIO helpers, a raw `clone`) are counted at each run instead:
@@ -127,14 +127,19 @@ fn thread_count() -> Option<u64> {
         )
     };
     let text = buf.get(..usize::try_from(n).ok()?)?;
-    num_threads(text)
+    stat_field(text, 20)
 }
 
-/// num_threads from the text of a stat file.
-fn num_threads(stat: &[u8]) -> Option<u64> {
+/// Numeric field `n` (1-based, as proc(5) numbers them; 3 or later) of the
+/// text of a /proc stat file, read with no allocation.
+pub fn stat_field(stat: &[u8], n: usize) -> Option<u64> {
     let close = stat.iter().rposition(|&b| b == b')')?;
-    // After ") ": state (field 3), then fields 4.. ; num_threads is 20.
-    let field = stat.get(close + 2..)?.split(|&b| b == b' ').nth(20 - 3)?;
+    // The command (field 2) may hold spaces and parentheses: fields count
+    // from after its closing one, state (field 3) first.
+    let field = stat
+        .get(close + 2..)?
+        .split(|&b| b == b' ')
+        .nth(n.checked_sub(3)?)?;
     let mut value = 0u64;
     for &d in field {
         if !d.is_ascii_digit() {
@@ -158,13 +163,6 @@ pub fn spawning_own<T>(spawn: impl FnOnce() -> T) -> T {
 /// exists).
 pub fn thread_created() {
     if OWN_SPAWNS.load(Ordering::Acquire) == 0 {
-        NOISE.fetch_or(THREADS, Ordering::AcqRel);
-    }
-}
-
-/// A survey found `threads` application threads.
-pub fn threads_seen(threads: usize) {
-    if threads > 1 {
         NOISE.fetch_or(THREADS, Ordering::AcqRel);
     }
 }
@@ -201,12 +199,13 @@ mod tests {
     #[test]
     fn the_thread_count_is_read_from_a_stat_line() {
         let line = b"4242 (my prog) x) R 1 4242 4242 0 -1 4194304 100 0 0 0 5 1 0 0 20 0 3 0 12345 1000000 200";
-        assert_eq!(num_threads(line), Some(3));
-        assert_eq!(num_threads(b"4242 (p) R 1 2"), None);
+        assert_eq!(stat_field(line, 20), Some(3));
+        assert_eq!(stat_field(line, 4), Some(1));
+        assert_eq!(stat_field(b"4242 (p) R 1 2", 20), None);
         let own = std::fs::read("/proc/self/stat").unwrap();
         let tasks = std::fs::read_dir("/proc/self/task").unwrap().count() as u64;
         assert!(
-            num_threads(&own).is_some_and(|n| n >= 1 && n <= tasks + 8),
+            stat_field(&own, 20).is_some_and(|n| n >= 1 && n <= tasks + 8),
             "{own:?}"
         );
     }

@@ -141,21 +141,13 @@ fn traced_modules(maps: &[modules::Mapping]) -> Vec<Module> {
 }
 
 /// Notes what makes the process noisy that the interposers do not see
-/// (`quiet`): a second application thread (one made by a raw clone, or
-/// before the library loaded), an application handler for an asynchronous
-/// signal (installed by a raw system call, or before the library loaded).
-/// The library's own threads and handlers do not count.
+/// (`quiet`): an application handler for an asynchronous signal, installed
+/// by a raw system call or before the library loaded. The library's own
+/// handlers do not count. (Threads are counted at every run, by
+/// `quiet::is_quiet_now`.)
 fn survey_quiet() {
     if !crate::quiet::is_quiet() {
         return;
-    }
-    match sys::thread_ids() {
-        Ok(tids) => crate::quiet::threads_seen(
-            tids.into_iter()
-                .filter(|t| !threads::is_own_thread(*t))
-                .count(),
-        ),
-        Err(_) => crate::quiet::threads_seen(usize::MAX),
     }
     let own = library_base();
     for sig in 1..=libc::SIGRTMAX() {

@@ -368,12 +368,7 @@ fn rseq_area() -> (u64, u64) {
 /// /proc/self/stat), read once in [`warm`]; None if unreadable.
 fn heap_start() -> Option<u64> {
     static START: OnceLock<Option<u64>> = OnceLock::new();
-    *START.get_or_init(|| {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // The command name (field 2) may hold spaces: count after it.
-        let rest = &stat[stat.rfind(')')? + 2..];
-        rest.split(' ').nth(47 - 3)?.parse().ok()
-    })
+    *START.get_or_init(|| crate::quiet::stat_field(&std::fs::read("/proc/self/stat").ok()?, 47))
 }
 
 /// Builds everything lazy the handlers will touch (the dispatch table, the
