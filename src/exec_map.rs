@@ -39,6 +39,9 @@ pub const MAX_IMMUTABLE_RANGES: usize = 1024;
 /// Private writable ranges the table holds (left-out ones read as
 /// shared).
 pub const MAX_PRIVATE_RANGES: usize = 1024;
+/// Mappings (adjacent ones merged) the table holds; an address in one
+/// left out reads as mapped since the table was made.
+pub const MAX_MAPPED_RANGES: usize = 1024;
 /// Times a reader tries to catch a copy that stays current.
 pub const READ_TRIES: usize = 4;
 
@@ -107,7 +110,7 @@ struct Tables {
     rseq: RangeTable<MAX_RSEQ_RANGES>,
     immutable: RangeTable<MAX_IMMUTABLE_RANGES>,
     private: RangeTable<MAX_PRIVATE_RANGES>,
-    mapped: RangeTable<MAX_PRIVATE_RANGES>,
+    mapped: RangeTable<MAX_MAPPED_RANGES>,
 }
 
 impl Tables {
@@ -196,7 +199,7 @@ impl ExecMap {
             + rseq.len().saturating_sub(MAX_RSEQ_RANGES)
             + immutable.len().saturating_sub(MAX_IMMUTABLE_RANGES)
             + private.len().saturating_sub(MAX_PRIVATE_RANGES)
-            + mapped.len().saturating_sub(MAX_PRIVATE_RANGES);
+            + mapped.len().saturating_sub(MAX_MAPPED_RANGES);
         while self
             .writer
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)

@@ -324,12 +324,12 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> i32 {
-    // SAFETY: the caller passes null or a valid pointer.
-    if let Some(a) = unsafe { act.as_ref() } {
+    // SAFETY: the caller passes null or valid pointers.
+    let (new, old_out) = unsafe { (act.as_ref(), old.as_mut()) };
+    if let Some(a) = new {
         crate::quiet::handler_installed(sig, a.sa_sigaction);
     }
-    // SAFETY: the caller passes null or valid pointers.
-    if chain::intercept(sig, unsafe { act.as_ref() }, unsafe { old.as_mut() }) {
+    if chain::intercept(sig, new, old_out) {
         return 0;
     }
     // SAFETY: as above.

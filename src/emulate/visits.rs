@@ -31,17 +31,23 @@ pub struct Visits {
     counters: [u8; COUNTERS],
 }
 
-/// Where `addr` lives in the filter (word, bit) and which counter is its:
-/// one multiply for both (the counter is the filter position's top bits).
+/// The filter position of `addr` (one of FILTER_BITS).
 #[inline]
-fn slots(addr: u64) -> (usize, u64, usize) {
-    let h = (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize & (FILTER_BITS - 1);
-    (h / 64, 1u64 << (h % 64), h / (FILTER_BITS / COUNTERS))
+fn hash(addr: u64) -> usize {
+    (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize & (FILTER_BITS - 1)
 }
 
+/// Where `addr` lives in the filter: (word, bit).
+#[inline]
 fn bit(addr: u64) -> (usize, u64) {
-    let (word, mask, _) = slots(addr);
-    (word, mask)
+    let h = hash(addr);
+    (h / 64, 1u64 << (h % 64))
+}
+
+/// The counter of `addr`: its filter position's top bits.
+#[inline]
+fn counter(addr: u64) -> usize {
+    hash(addr) / (FILTER_BITS / COUNTERS)
 }
 
 impl Visits {
@@ -84,7 +90,7 @@ impl Visits {
     /// which every step makes: only branch targets are loop heads).
     #[inline]
     pub fn arrive(&mut self, addr: u64) {
-        let c = &mut self.counters[slots(addr).2];
+        let c = &mut self.counters[counter(addr)];
         *c = c.saturating_add(1);
     }
 
@@ -93,7 +99,7 @@ impl Visits {
     /// from [`Visits::count`]).
     #[inline]
     pub fn at_least(&self, addr: u64, n: u32) -> bool {
-        u32::from(self.counters[slots(addr).2]) >= n
+        u32::from(self.counters[counter(addr)]) >= n
     }
 
     /// Whether every visit so far is in the log (counts are exact).
