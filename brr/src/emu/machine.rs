@@ -164,21 +164,30 @@ impl Machine {
     /// a fifth of the MIPS; `cargo bench -p brr --bench mips`).
     #[inline(always)]
     pub fn step(&mut self) -> Result<(), Stop> {
-        match x86_sem::step_into(
-            &mut self.guest,
-            &self.table,
-            &mut self.cache,
-            &mut self.retired,
-        ) {
+        match self.execute() {
             Ok(()) => {
                 self.icount += 1;
-                if self.guest.mem.code_write_pending() {
-                    self.code_written();
-                }
                 Ok(())
             }
             Err(stop) => self.stopped(stop),
         }
+    }
+
+    /// One instruction through the core, and the decoded code its stores
+    /// overwrote forgotten; `icount` is the caller's to move (what `step`
+    /// and `run_until` share).
+    #[inline(always)]
+    fn execute(&mut self) -> Result<(), Stop> {
+        x86_sem::step_into(
+            &mut self.guest,
+            &self.table,
+            &mut self.cache,
+            &mut self.retired,
+        )?;
+        if self.guest.mem.code_write_pending() {
+            self.code_written();
+        }
+        Ok(())
     }
 
     /// Steps until `icount` reaches `end` (no step when it already has),
@@ -191,18 +200,8 @@ impl Machine {
     pub fn run_until(&mut self, end: u64) -> Result<(), Stop> {
         let mut n = self.icount;
         while n < end {
-            match x86_sem::step_into(
-                &mut self.guest,
-                &self.table,
-                &mut self.cache,
-                &mut self.retired,
-            ) {
-                Ok(()) => {
-                    n += 1;
-                    if self.guest.mem.code_write_pending() {
-                        self.code_written();
-                    }
-                }
+            match self.execute() {
+                Ok(()) => n += 1,
                 Err(stop) => {
                     self.icount = n;
                     self.stopped(stop)?;
