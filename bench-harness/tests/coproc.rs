@@ -8,7 +8,6 @@
 
 use bench_harness::tools;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 mod common;
 use common::*;
@@ -18,20 +17,7 @@ fn quick_run_end_to_end() {
     if tools::require("musl-gcc").is_none() {
         return;
     }
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let results = tmp.join("coproc-results");
-    let _ = std::fs::remove_dir_all(&results);
-    let out = harness(&[
-        "coproc",
-        "--quick",
-        "--cache",
-        tmp.to_str().unwrap(),
-        "--results",
-        results.to_str().unwrap(),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "coproc failed:\n{stderr}");
-    let dir = results.join("coproc");
+    let (dir, _) = run_quick("coproc", &[]);
     for f in [
         "runs.csv",
         "comparison.csv",

@@ -8,7 +8,6 @@
 
 use bench_harness::tools;
 use std::collections::HashSet;
-use std::path::PathBuf;
 
 mod common;
 use common::*;
@@ -18,27 +17,12 @@ fn four_layouts_end_to_end() {
     if tools::require("ld.lld-19").is_none() || tools::require("musl-gcc").is_none() {
         return;
     }
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let results = tmp.join("interferometry-results");
-    let _ = std::fs::remove_dir_all(&results);
     // The cache holds debian-src/ (bzip2's sources, shared with brr's tests).
-    let out = harness(&[
-        "interferometry",
-        "--quick",
-        "--layouts",
-        "4",
-        "--cache",
-        tmp.to_str().unwrap(),
-        "--results",
-        results.to_str().unwrap(),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "interferometry failed:\n{stderr}");
+    let (dir, stderr) = run_quick("interferometry", &["--layouts", "4"]);
     assert!(
         stderr.contains("bzip2 layout 4/4") && stderr.contains("opmix layout 4/4"),
         "no progress lines:\n{stderr}"
     );
-    let dir = results.join("interferometry");
     let (_, failures) = read_csv(&dir.join("failures.csv"));
     assert!(failures.is_empty(), "failed steps: {failures:?}");
 

@@ -6,7 +6,6 @@
 //! Under CI=true a missing musl-gcc fails the test.
 
 use bench_harness::tools;
-use std::path::PathBuf;
 
 mod common;
 use common::*;
@@ -16,20 +15,7 @@ fn quick_run_matches_the_exact_profiles() {
     if tools::require("musl-gcc").is_none() {
         return;
     }
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let results = tmp.join("values-results");
-    let _ = std::fs::remove_dir_all(&results);
-    let out = harness(&[
-        "values",
-        "--quick",
-        "--cache",
-        tmp.to_str().unwrap(),
-        "--results",
-        results.to_str().unwrap(),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "values failed:\n{stderr}");
-    let dir = results.join("values");
+    let (dir, _) = run_quick("values", &[]);
     let (_, failures) = read_csv(&dir.join("failures.csv"));
     assert!(failures.is_empty(), "failed steps: {failures:?}");
 

@@ -2,7 +2,7 @@
 //! CSV tables it writes.
 #![allow(dead_code)] // each test uses its own part
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A CSV table: its header and rows, split on commas (the tables these
@@ -36,4 +36,26 @@ pub fn harness(args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .expect("bench-harness runs")
+}
+
+/// Runs `bench-harness EXPERIMENT --quick EXTRA...` with the cache in the
+/// tests' temporary directory (shared with brr's tests: bzip2's sources)
+/// and fresh results beside it; fails on an unsuccessful run. Returns the
+/// experiment's results directory and what the run printed on stderr.
+pub fn run_quick(experiment: &str, extra: &[&str]) -> (PathBuf, String) {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let results = tmp.join(format!("{experiment}-results"));
+    let _ = std::fs::remove_dir_all(&results);
+    let mut args = vec![experiment, "--quick"];
+    args.extend_from_slice(extra);
+    args.extend([
+        "--cache",
+        tmp.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+    ]);
+    let out = harness(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{experiment} failed:\n{stderr}");
+    (results.join(experiment), stderr)
 }
