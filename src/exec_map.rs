@@ -29,6 +29,8 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+use crate::sync::Doorbell;
+
 /// Executable ranges the table holds; extra mappings are left out (their
 /// code then counts as `outside_mappings`).
 pub const MAX_EXEC_RANGES: usize = 1024;
@@ -139,9 +141,9 @@ pub struct ExecMap {
     writer: AtomicBool,
     /// `MemoryLayout::generated_code` of the last update.
     generated_code: AtomicBool,
-    /// Set (and the worker woken) when a trace ended outside the known
-    /// mappings: code may have been loaded since the last refresh.
-    refresh_wanted: AtomicU32,
+    /// The worker's: rung with `REFRESH` when a trace ended outside the
+    /// known mappings (code may have been loaded since the last refresh).
+    doorbell: Doorbell,
 }
 
 // SAFETY: a copy is written only by the one writer while its reader count
@@ -182,7 +184,7 @@ impl ExecMap {
             version: AtomicU32::new(0),
             writer: AtomicBool::new(false),
             generated_code: AtomicBool::new(false),
-            refresh_wanted: AtomicU32::new(0),
+            doorbell: Doorbell::new(),
         }
     }
 
@@ -337,12 +339,15 @@ impl ExecMap {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// Asks the worker to look for new code now. Async-signal-safe (an
-    /// atomic swap, and one futex wake when the request is new).
+    /// Asks the worker to look for new code now. Async-signal-safe.
     pub fn request_refresh(&self) {
-        if self.refresh_wanted.swap(1, Ordering::AcqRel) == 0 {
-            crate::sys::futex_wake(&self.refresh_wanted);
-        }
+        self.doorbell.ring(Doorbell::REFRESH);
+    }
+
+    /// The worker's doorbell (kept here: the emulator, which has only this
+    /// table, rings it for a refresh).
+    pub fn doorbell(&self) -> &Doorbell {
+        &self.doorbell
     }
 
     /// Copies the code at `addr` (in a range the table lists; `out` no
@@ -359,15 +364,6 @@ impl ExecMap {
             self.request_refresh();
         }
         got
-    }
-
-    /// The worker's wait: until a refresh is requested, at most `timeout`.
-    /// Returns whether one was (and clears the request).
-    pub fn wait_for_refresh_request(&self, timeout: std::time::Duration) -> bool {
-        if self.refresh_wanted.load(Ordering::Acquire) == 0 {
-            crate::sys::futex_wait(&self.refresh_wanted, 0, timeout);
-        }
-        self.refresh_wanted.swap(0, Ordering::AcqRel) != 0
     }
 
     /// In a fork child: a writer of the parent (the worker) may have held

@@ -1,5 +1,6 @@
 //! The library's own locks, below every other room: a spin lock a fork
-//! child can reset, and the fork guard.
+//! child can reset, and the fork guard; and the worker's doorbell, which
+//! handlers ring (it takes no lock).
 //!
 //! None of these is ever taken in a signal handler: a handler that found
 //! one held by the thread it interrupted would wait for ever. They are held
@@ -114,6 +115,49 @@ pub fn without_fork<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// The worker's doorbell: a word that handlers and the control thread set
+/// bits in to wake the worker before its timed pass (it sleeps longer
+/// while the process gives it nothing to do). Ringing is async-signal-safe:
+/// an atomic or, and one futex wake when the word was clear.
+pub struct Doorbell {
+    word: std::sync::atomic::AtomicU32,
+}
+
+impl Doorbell {
+    /// Code may have been mapped since the last look at the maps.
+    pub const REFRESH: u32 = 1;
+    /// A pool was drawn on, a buffer filled, or the session is stopping:
+    /// a pass is due.
+    pub const WORK: u32 = 2;
+
+    pub const fn new() -> Doorbell {
+        Doorbell {
+            word: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    pub fn ring(&self, bits: u32) {
+        if self.word.fetch_or(bits, Ordering::AcqRel) == 0 {
+            crate::sys::futex_wake(&self.word);
+        }
+    }
+
+    /// The worker's wait: until a ring, at most `timeout`. Returns the bits
+    /// rung (and clears them); 0 when the time ran out.
+    pub fn wait(&self, timeout: Duration) -> u32 {
+        if self.word.load(Ordering::Acquire) == 0 {
+            crate::sys::futex_wait(&self.word, 0, timeout);
+        }
+        self.word.swap(0, Ordering::AcqRel)
+    }
+}
+
+impl Default for Doorbell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +184,32 @@ mod tests {
         std::mem::forget(lock.lock());
         lock.force_unlock();
         assert_eq!(lock.with(|v| *v), 40_000);
+    }
+
+    #[test]
+    fn the_doorbell_wakes_its_waiter_with_the_bits_rung() {
+        use std::sync::Arc;
+        let bell = Arc::new(Doorbell::new());
+        // Nothing rung: the wait runs out and returns nothing.
+        assert_eq!(bell.wait(Duration::from_millis(1)), 0);
+        // Rung before the wait: returned at once, then cleared.
+        bell.ring(Doorbell::REFRESH);
+        bell.ring(Doorbell::WORK);
+        assert_eq!(
+            bell.wait(Duration::from_secs(60)),
+            Doorbell::REFRESH | Doorbell::WORK
+        );
+        assert_eq!(bell.wait(Duration::from_millis(1)), 0);
+        // Rung by another thread while the waiter sleeps: it wakes (a lost
+        // wake would have it wait the whole minute and see 0).
+        let ringer = {
+            let bell = Arc::clone(&bell);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                bell.ring(Doorbell::WORK);
+            })
+        };
+        assert_eq!(bell.wait(Duration::from_secs(60)), Doorbell::WORK);
+        ringer.join().unwrap();
     }
 }

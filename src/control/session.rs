@@ -17,7 +17,7 @@ use crate::decode;
 use crate::exec_map::MemoryLayout;
 use crate::modules::{self, Module};
 use crate::output::{self, SessionReport};
-use crate::sync::{self, SpinLock};
+use crate::sync::{self, Doorbell, SpinLock};
 use crate::sys;
 use crate::trace::counters::CounterValues;
 use crate::trace::threads::{self, RegisterError};
@@ -235,6 +235,16 @@ fn layout(mods: &[Module], maps: &[modules::Mapping]) -> MemoryLayout {
 /// table (threads that ended, stuck slots).
 const LOOK_EVERY_NS: u64 = 200_000_000;
 
+/// The worker's wait between passes while there is work about (buffers
+/// to drain, pools drawn on, the doorbell rung).
+const WAIT_BUSY: Duration = Duration::from_millis(5);
+/// The longest wait between idle passes: each idle pass doubles the wait
+/// up to this. (Every 5 ms, the worker's wake-ups alone cost an idle
+/// process 6–7 ms of CPU a second on the 2-core guest of
+/// results/speed: a third of what its handlers cost SQLite sampled every
+/// 10 ms.)
+const WAIT_IDLE: Duration = Duration::from_millis(100);
+
 /// The worker: aggregates full buffers, follows changes of the mappings
 /// (dlopen and dlclose at once, other mappings within `LOOK_EVERY_NS`) so
 /// that new code is traced and named, and sweeps the thread table.
@@ -256,13 +266,16 @@ fn worker(
     let mut last_look = sys::now_ns();
     let mut last_window = sys::now_ns();
     let mut requested = false;
+    let mut rung = 0u32;
+    let mut wait = WAIT_BUSY;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let depth = tracer.callstack.load(Ordering::Relaxed);
         let drained = aggregate::drain(&tracer.pool, &mut agg, &mut unwinder, depth);
         let loads = sys::loaded_object_changes();
+        let loaded = loads != last_loads;
         let look = sys::now_ns() - last_look > LOOK_EVERY_NS;
-        if loads != last_loads || look || requested {
+        if loaded || look || requested {
             sync::without_fork(|| {
                 let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
                     return;
@@ -297,15 +310,25 @@ fn worker(
             last_window = sys::now_ns();
             trace::next_pool_window(tracer);
         }
-        trace::top_up_pools(tracer);
+        let added = trace::top_up_pools(tracer);
+        let busy = drained > 0 || added > 0 || rung != 0 || loaded;
         requested = false;
         if drained == 0 {
             if stopping {
                 break;
             }
-            requested = tracer
-                .exec
-                .wait_for_refresh_request(Duration::from_millis(5));
+            // Idle passes space out, up to WAIT_IDLE: the doorbell brings
+            // the worker back at once when a handler draws on a pool or
+            // fills a buffer, or when code may have been mapped.
+            wait = if busy {
+                WAIT_BUSY
+            } else {
+                (wait * 2).min(WAIT_IDLE)
+            };
+            rung = tracer.exec.doorbell().wait(wait);
+            requested = rung & Doorbell::REFRESH != 0;
+        } else {
+            rung = 0;
         }
     }
     threads::unmark_own_thread();
@@ -506,6 +529,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
         let _ = chain::uninstall(sig);
     }
     running.stop_worker.store(true, Ordering::Release);
+    tracer.exec.doorbell().ring(Doorbell::WORK);
     let (agg, seen) = running.worker.join().unwrap_or_default();
 
     // Modules: those mapped at start, those the worker saw appear, and the

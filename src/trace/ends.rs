@@ -9,6 +9,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::buffer::{AbortReason, TraceEnd};
+use crate::sync::Doorbell;
 
 use super::counters::Counters;
 use super::engine::Needs;
@@ -29,6 +30,15 @@ pub(super) fn begin_trace(
     needs: Needs,
 ) -> bool {
     let c = &slot.counters;
+    let drawing = t.buffer.is_none()
+        || (needs.block_cache && t.cache.is_none())
+        || (needs.emulator && t.emu.is_none())
+        || (needs.predictions && t.predictions.is_none());
+    if drawing {
+        // The worker tops the pools up at its next pass, which is some
+        // way off while the process is idle: it comes now.
+        tracer.exec.doorbell().ring(Doorbell::WORK);
+    }
     if !super::pools::take(&tracer.states, t, needs) {
         Counters::bump(&c.no_free_state);
         rearm_sampling(t);
@@ -79,6 +89,7 @@ pub(super) fn make_room(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace)
             // The queue holds every buffer the pool ever made: no overflow.
             let _ = tracer.pool.full.push(full);
             Counters::bump(&c.buffer_swaps);
+            tracer.exec.doorbell().ring(Doorbell::WORK);
         }
         t.buffer = tracer.pool.take();
     }

@@ -48,9 +48,10 @@ pub use pools::StatePools;
 /// buffer pool, at their targets: a few spare plus the recent demand (the
 /// worker, each pass; the control thread at start). Allocates: never from
 /// a handler.
-pub fn top_up_pools(tracer: &Tracer) {
+/// Returns how many states and buffers were added.
+pub fn top_up_pools(tracer: &Tracer) -> usize {
     let needs = handler::engine_of(tracer.lookahead()).needs();
-    pools::top_up(&tracer.states, &tracer.pool, needs);
+    pools::top_up(&tracer.states, &tracer.pool, needs)
 }
 
 /// Ends a window of the pools' demand (the worker, every

@@ -169,17 +169,19 @@ fn new_emulator() -> Box<Emulator> {
 
 /// Keeps every pool `needs` names, and the buffer pool, at its target
 /// (the worker, each pass; the control thread at start). Allocates.
-pub fn top_up(pools: &StatePools, buffers: &BufferPool, needs: Needs) {
-    buffers.top_up();
+/// Returns how many were added in all.
+pub fn top_up(pools: &StatePools, buffers: &BufferPool, needs: Needs) -> usize {
+    let mut added = buffers.top_up();
     if needs.block_cache {
-        pools.caches.top_up(new_cache);
+        added += pools.caches.top_up(new_cache);
     }
     if needs.emulator {
-        pools.emulators.top_up(new_emulator);
+        added += pools.emulators.top_up(new_emulator);
     }
     if needs.predictions {
-        pools.predictions.top_up(Predictions::new);
+        added += pools.predictions.top_up(Predictions::new);
     }
+    added
 }
 
 /// Ends a window of demand in every pool (the worker, every
