@@ -131,11 +131,40 @@ impl Module {
     }
 }
 
+#[derive(Clone)]
 struct ElfFacts {
     layout: ElfLayout,
     build_id: Option<String>,
     /// (link-time address, size) of the __rseq_cs section.
     rseq_section: Option<(u64, u64)>,
+}
+
+/// Files already read, by (device, inode, path): the worker looks at the
+/// maps every 200 ms, and they change whenever the process maps anything,
+/// while its modules stay the same. Bounded; a file replaced on disk has
+/// a new inode.
+static FACTS: std::sync::Mutex<Vec<(FileKey, Option<ElfFacts>)>> =
+    std::sync::Mutex::new(Vec::new());
+/// (device major, minor, inode, path) of a mapped file.
+type FileKey = (u32, u32, u64, String);
+const FACTS_KEPT: usize = 256;
+
+/// `elf_facts` of the file `m` maps, read once. (`try_lock`: a fork child
+/// that inherited the lock held reads the file again rather than wait.)
+fn elf_facts_of(m: &Mapping) -> Option<ElfFacts> {
+    let key = (m.dev_major, m.dev_minor, m.inode, m.path.clone());
+    let Ok(mut cache) = FACTS.try_lock() else {
+        return elf_facts(Path::new(&m.path));
+    };
+    if let Some((_, facts)) = cache.iter().find(|(k, _)| *k == key) {
+        return facts.clone();
+    }
+    let facts = elf_facts(Path::new(&m.path));
+    if cache.len() == FACTS_KEPT {
+        cache.clear();
+    }
+    cache.push((key, facts.clone()));
+    facts
 }
 
 fn elf_facts(path: &Path) -> Option<ElfFacts> {
@@ -195,7 +224,7 @@ pub fn modules_from_maps(maps: &[Mapping]) -> Vec<Module> {
             continue;
         }
         let load_address = maps.iter().map(|m| m.start - m.offset).min().unwrap_or(0);
-        let facts = elf_facts(Path::new(path));
+        let facts = elf_facts_of(&exec[0]);
         let file_mapping = |m: &Mapping| FileMapping {
             start: m.start,
             pgoff: m.offset,
