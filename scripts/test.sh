@@ -20,6 +20,8 @@ echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --release -- -D warnings
+# The measurement build that counts the handler's working set (census).
+cargo clippy -p breakdance --lib --tests --release --features census -- -D warnings
 echo "== cargo build --release" >&2
 cargo build --release --workspace
 echo "== cargo test --release --no-fail-fast" >&2
@@ -30,6 +32,9 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --release --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee "$log" || status=$?
+# The census's own test (it is compiled only in that build; the test build
+# leaves target/release/libbreakdance.so as it was).
+cargo test --release -p breakdance --lib --features census -- census:: 2>&1 | tee -a "$log" || status=$?
 # A test binary that started ("Running ...") but printed no result line
 # crashed: it counts as one failure.
 awk '/^ +Running / { binaries++ }

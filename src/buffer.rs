@@ -186,6 +186,10 @@ impl TraceBuffer {
             return false;
         }
         self.entries[self.n_entries] = entry;
+        census!(crate::census::touch(
+            &self.entries[self.n_entries],
+            crate::census::Part::Buffer
+        ));
         self.n_entries += 1;
         true
     }

@@ -154,6 +154,7 @@ unsafe impl Sync for ExecMap {}
 /// `(inside, start, end)`: the range of the sorted `ranges` holding `addr`,
 /// or the gap between two of them.
 fn stretch(ranges: &[(u64, u64)], addr: u64) -> (bool, u64, u64) {
+    census!(census_search(ranges, addr));
     let i = ranges.partition_point(|&(start, _)| start <= addr);
     let before = i.checked_sub(1).map(|j| ranges[j]);
     match before {
@@ -382,7 +383,30 @@ impl Default for ExecMap {
     }
 }
 
+/// Notes the entries a binary search of `ranges` for `addr` reads, and
+/// the ones either side of where it lands (census builds).
+#[cfg(feature = "census")]
+fn census_search(ranges: &[(u64, u64)], addr: u64) {
+    let (mut lo, mut hi) = (0, ranges.len());
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        crate::census::touch(&ranges[mid], crate::census::Part::Tables);
+        if ranges[mid].0 <= addr {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    for r in ranges
+        .get(lo.saturating_sub(1)..(lo + 1).min(ranges.len()))
+        .unwrap_or(&[])
+    {
+        crate::census::touch(r, crate::census::Part::Tables);
+    }
+}
+
 fn find(sorted: &[(u64, u64)], addr: u64) -> Option<(u64, u64)> {
+    census!(census_search(sorted, addr));
     let i = sorted.partition_point(|&(start, _)| start <= addr);
     let (start, end) = *sorted.get(i.checked_sub(1)?)?;
     (addr < end).then_some((start, end))

@@ -25,9 +25,25 @@
 //! - `aggregate`, `output` (traces to ranges and counts to files);
 //! - `control` (socket, session, configuration, terminate), then its
 //!   `preload` surface (the interposers and the constructor).
+//!
+//! Beside the floors, in measurement builds only (`--features census`):
+//! `census`, the lines a trace's handlers touch.
+
+/// Runs its statements in census builds only (`src/census.rs`): a note of
+/// memory the handler touches. Nothing at all otherwise.
+macro_rules! census {
+    ($($t:tt)*) => {
+        #[cfg(feature = "census")]
+        {
+            $($t)*
+        }
+    };
+}
 
 pub mod aggregate;
 pub mod buffer;
+#[cfg(feature = "census")]
+pub mod census;
 pub mod control;
 pub mod decode;
 pub mod emulate;

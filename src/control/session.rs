@@ -582,7 +582,12 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
 
 fn write(state: &mut ControlState, u: Unwritten) -> Result<String, StopError> {
     match output::write_session(&u.report, &u.agg, &u.modules, u.force_dir) {
-        Ok(summary) => Ok(summary),
+        Ok(summary) => {
+            census!(
+                let _ = std::fs::write(u.report.output_dir.join("census.txt"), crate::census::report());
+            );
+            Ok(summary)
+        }
         Err(e) => {
             state.unwritten = Some(u);
             Err(StopError::Write(e))

@@ -134,9 +134,17 @@ impl SharedCode {
         let home = Self::home(ip);
         for p in 0..PROBES {
             let v = self.index[(home + p) & (INDEX_SLOTS - 1)].load(Ordering::Acquire);
+            census!(crate::census::touch(
+                &self.index[(home + p) & (INDEX_SLOTS - 1)],
+                crate::census::Part::Code
+            ));
             if v == 0 {
                 return None;
             }
+            census!(crate::census::touch(
+                &self.records[v as usize - 1].tag,
+                crate::census::Part::Code
+            ));
             if self.records[v as usize - 1].tag.load(Ordering::Acquire) == ip {
                 return Some(v - 1);
             }
@@ -156,6 +164,9 @@ impl SharedCode {
     /// Whether record `n` holds `ip` (an acquire read of its tag).
     #[inline(always)]
     fn holds(&self, n: u32, ip: u64) -> bool {
+        census!(if let Some(r) = self.records.get(n as usize) {
+            crate::census::touch(&r.tag, crate::census::Part::Code);
+        });
         self.records
             .get(n as usize)
             .is_some_and(|r| r.tag.load(Ordering::Acquire) == ip)
@@ -350,6 +361,10 @@ impl Code {
             if s.holds(next, ip) {
                 return Ok(Some(next));
             }
+            census!(crate::census::touch(
+                &s.records[last as usize].taken,
+                crate::census::Part::Code
+            ));
             let hint = s.records[last as usize]
                 .taken
                 .load(Ordering::Relaxed)
@@ -383,11 +398,19 @@ impl InsnSource for Code {
         if self.entered && ip != 0 {
             if let Some(n) = self.shared_lookup(ip, mem)? {
                 self.last = n;
+                census!(crate::census::touch(
+                    self.shared.insn(n),
+                    crate::census::Part::Code
+                ));
                 return Ok(self.shared.insn(n));
             }
         }
         self.last = NO_RECORD;
-        self.private.lookup(ip, mem)
+        let insn = self.private.lookup(ip, mem);
+        census!(if let Ok(i) = &insn {
+            crate::census::touch(*i, crate::census::Part::Code);
+        });
+        insn
     }
 }
 

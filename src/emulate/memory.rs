@@ -110,6 +110,10 @@ impl<const SLOTS: usize> Index<SLOTS> {
     fn find(&self, addr: u64, key_at: impl Fn(usize) -> u64) -> Result<usize, usize> {
         let mut i = Self::home(addr);
         loop {
+            census!(crate::census::touch(
+                &self.slots[i],
+                crate::census::Part::Memory
+            ));
             let (generation, pos) = self.slots[i];
             if generation != self.generation {
                 return Err(i);
@@ -122,6 +126,10 @@ impl<const SLOTS: usize> Index<SLOTS> {
     }
 
     fn insert_at(&mut self, slot: usize, pos: usize) {
+        census!(crate::census::touch(
+            &self.slots[slot],
+            crate::census::Part::Memory
+        ));
         self.slots[slot] = (self.generation, pos as u32);
     }
 }
@@ -267,8 +275,16 @@ impl LiveMemory {
     /// address: a qword address is 8-aligned, `u64::MAX` is not.
     fn store_pos(&self, addr: u64) -> Result<usize, usize> {
         let (stores, n) = (&self.stores, self.n_stores);
-        self.store_index
-            .find(addr, |p| if p < n { stores[p].addr } else { u64::MAX })
+        self.store_index.find(addr, |p| {
+            census!(if p < n {
+                crate::census::touch(&stores[p], crate::census::Part::Memory);
+            });
+            if p < n {
+                stores[p].addr
+            } else {
+                u64::MAX
+            }
+        })
     }
 
     fn stored(&self, addr: u64) -> Option<&Stored> {
@@ -279,8 +295,16 @@ impl LiveMemory {
     /// [`LiveMemory::store_pos`]).
     fn load_pos(&self, addr: u64) -> Result<usize, usize> {
         let (loads, n) = (&self.loads, self.n_loads);
-        self.load_index
-            .find(addr, |p| if p < n { loads[p].addr } else { u64::MAX })
+        self.load_index.find(addr, |p| {
+            census!(if p < n {
+                crate::census::touch(&loads[p], crate::census::Part::Memory);
+            });
+            if p < n {
+                loads[p].addr
+            } else {
+                u64::MAX
+            }
+        })
     }
 
     /// The qword at `addr` as first read in this segment, reading and
@@ -298,6 +322,10 @@ impl LiveMemory {
                 }
                 let value = probe.read_qword(addr).ok_or(AccessError::Fault(addr))?;
                 self.loads[self.n_loads] = Logged { addr, value, used };
+                census!(crate::census::touch(
+                    &self.loads[self.n_loads],
+                    crate::census::Part::Memory
+                ));
                 self.load_index.insert_at(slot, self.n_loads);
                 self.n_loads += 1;
                 Ok(value)
@@ -424,6 +452,10 @@ impl LiveMemory {
                             value: s.value,
                             mask: s.mask,
                         };
+                        census!(crate::census::touch(
+                            &self.undo[self.n_undo],
+                            crate::census::Part::Memory
+                        ));
                         self.n_undo += 1;
                     }
                     p
@@ -435,6 +467,10 @@ impl LiveMemory {
                         mask: 0,
                         saved: false,
                     };
+                    census!(crate::census::touch(
+                        &self.stores[self.n_stores],
+                        crate::census::Part::Memory
+                    ));
                     self.store_index.insert_at(slot, self.n_stores);
                     self.n_stores += 1;
                     self.n_stores - 1
@@ -466,6 +502,14 @@ impl LiveMemory {
     /// the program no longer owns and where the checkpoint's own signal
     /// frame now lies.
     pub fn validate(&self, probe: &impl Probe, dead: std::ops::Range<u64>) -> MemoryCheck {
+        census!(crate::census::touch(
+            &self.stores[..self.n_stores],
+            crate::census::Part::Memory
+        ));
+        census!(crate::census::touch(
+            &self.loads[..self.n_loads],
+            crate::census::Part::Memory
+        ));
         for s in &self.stores[..self.n_stores] {
             if dead.contains(&s.addr) {
                 continue;

@@ -237,6 +237,9 @@ impl x86_sem::Memory for SpecMemory {
             })?;
         self.step_reads += 1;
         self.step_value = value;
+        census!(if real {
+            crate::census::touch_addr(addr, size, crate::census::Part::App);
+        });
         if real && !stable {
             if self.quiet && !self.unmapped_read && self.exec.is_mapped(addr) == Some(false) {
                 self.unmapped_read = true;
@@ -998,6 +1001,10 @@ impl Emulator {
         }
         let hits = self.hits_at(at);
         self.predicted = self.cpu.regs;
+        census!(crate::census::touch(
+            &self.predicted,
+            crate::census::Part::State
+        ));
         Outcome::Segment(Segment {
             at,
             hits,
@@ -1029,6 +1036,15 @@ impl Emulator {
 
     /// Emulates the steps `plan` allows from the current state.
     fn pass(&mut self, sink: &mut impl EntrySink, wanted: usize, plan: Plan) -> Pass {
+        census!(crate::census::touch(
+            &self.cpu.regs,
+            crate::census::Part::State
+        ));
+        census!(crate::census::touch(&*self, crate::census::Part::State));
+        census!(crate::census::touch(
+            &self.cpu.mem,
+            crate::census::Part::State
+        ));
         self.passes_run += 1;
         let mut arrivals = 0u32;
         self.cpu.mem.live.reset();
@@ -1088,6 +1104,10 @@ impl Emulator {
             if plan.split == Some(steps) && sealed.is_none() && rep_start.is_none() {
                 // The checkpoint's state: the tail from here is proven.
                 self.predicted = self.cpu.regs;
+                census!(crate::census::touch(
+                    &self.predicted,
+                    crate::census::Part::State
+                ));
                 self.cpu.mem.live.seal();
                 sealed = Some((pc, self.visits.count(pc), entries));
             }
@@ -1179,6 +1199,10 @@ impl Emulator {
                     cut_scans += 1;
                     if self.visits.count(pc) == prior {
                         self.predicted = self.cpu.regs;
+                        census!(crate::census::touch(
+                            &self.predicted,
+                            crate::census::Part::State
+                        ));
                         self.cpu.mem.live.seal_soft();
                         cut = Some((pc, steps, entries));
                     }
@@ -1189,6 +1213,7 @@ impl Emulator {
             self.cpu.mem.step_reads = 0;
             self.cpu.mem.step_stores = 0;
             let stepped = x86_sem::step(&mut self.cpu, table, &mut self.code);
+            census!(crate::census::stack());
             self.steps_run += 1;
             // A read another thread could change ends the tail, and a pass
             // that relies on one (split, or past its limit) ends at its
@@ -1301,6 +1326,10 @@ impl Emulator {
                                 // from here; if it fails, the checkpoint
                                 // comes back here, with the logs as now.
                                 self.predicted = self.cpu.regs;
+                                census!(crate::census::touch(
+                                    &self.predicted,
+                                    crate::census::Part::State
+                                ));
                                 self.cpu.mem.live.seal();
                                 nth_sealed = true;
                                 cut = None;

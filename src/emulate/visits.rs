@@ -59,6 +59,15 @@ impl Visits {
 
     /// Runs in the handler: cleared in place.
     pub fn reset(&mut self) {
+        census!(crate::census::touch(
+            &self.filter,
+            crate::census::Part::Visits
+        ));
+        census!(crate::census::touch(
+            &self.counters,
+            crate::census::Part::Visits
+        ));
+        census!(crate::census::touch(&self.len, crate::census::Part::Visits));
         self.len = 0;
         self.filter.fill(0);
         self.counters.fill(0);
@@ -72,6 +81,9 @@ impl Visits {
         let (word, mask) = bit(addr);
         let fresh = self.filter[word] & mask == 0;
         self.filter[word] |= mask;
+        census!(if self.len < VISIT_LOG {
+            crate::census::touch(&self.log[self.len], crate::census::Part::Visits);
+        });
         if self.len < VISIT_LOG {
             self.log[self.len] = addr;
             self.len += 1;
@@ -113,6 +125,10 @@ impl Visits {
         if self.surely_new(addr) {
             return 0;
         }
+        census!(crate::census::touch(
+            &self.log[..self.len],
+            crate::census::Part::Visits
+        ));
         self.log[..self.len].iter().filter(|&&a| a == addr).count() as u32
     }
 }

@@ -167,6 +167,7 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
         close_open_trace(t, c, TraceEnd::Aborted(AbortReason::CheckpointUnreached));
         make_room(tracer, slot, t);
     }
+    census!(crate::census::begin());
     // Sampling stays armed for the whole trace (see the module doc).
     if !begin_trace(tracer, slot, t, needs) {
         return;
@@ -191,6 +192,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.breakpoints);
+    census!(crate::census::resume());
     let Some(awaiting) = t.awaiting else {
         disarm_breakpoint(t);
         return;

@@ -99,6 +99,7 @@ pub(super) fn make_room(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace)
 /// Shared by the handlers and the control thread (which holds the slot
 /// when it calls this).
 pub(super) fn close_open_trace(t: &mut ThreadTrace, c: &Counters, end: TraceEnd) {
+    census!(crate::census::end());
     if let Some(Awaiting::Checkpoint { .. } | Awaiting::Resume { .. }) = discard_unvalidated(t) {
         Counters::bump(&c.checkpoint_unreached);
     }
