@@ -229,12 +229,6 @@ pub fn report() -> String {
     let _ = writeln!(out, "handler_kib_per_trace_median_at_most {}", pct(50));
     let _ = writeln!(out, "handler_kib_per_trace_p90_at_most {}", pct(90));
     let _ = writeln!(out, "handler_kib_per_trace_max_at_most {}", pct(100));
-    let _ = writeln!(
-        out,
-        "sizes emulator {} cpu_state {}",
-        std::mem::size_of::<crate::emulate::Emulator>(),
-        std::mem::size_of::<x86_sem::CpuState>()
-    );
     for (name, sum) in NAMES.iter().zip(c.sums).skip(1) {
         let _ = writeln!(out, "{name}_bytes_per_trace_mean {}", sum / n);
     }

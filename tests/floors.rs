@@ -13,6 +13,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("panic", 0),
     ("host", 0),
     ("quiet", 0),
+    ("census", 0),
     ("modules", 1),
     ("exec_map", 1),
     ("buffer", 1),
