@@ -8,7 +8,9 @@
 //! that buys a better profile for the same overhead.
 //!
 //! Per workload, rounds interleave one native run with one profiled run
-//! per (trace length N, sampling period) on the training input. Per
+//! per (trace length N, sampling period) on the training input; a
+//! profiled run preloads the library and autostarts it, so its CPU time is
+//! the application's own. Per
 //! configuration it reports the CPU overhead (median over rounds), the
 //! cost per 32 recorded branches, and the quality of the merged profile
 //! against callgrind, scored as `quality` scores it. Points of equal
@@ -28,7 +30,7 @@ use std::path::PathBuf;
 
 const LENGTHS: [u32; 5] = [32, 64, 128, 256, 512];
 const PERIODS: [u64; 3] = [1_000_000, 3_000_000, 10_000_000];
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 const QUICK_LENGTHS: [u32; 2] = [32, 128];
 const QUICK_PERIODS: [u64; 1] = [1_000_000];
 const QUICK_ROUNDS: usize = 1;
@@ -112,7 +114,13 @@ pub fn run(opts: &Options) -> Result<usize> {
                 for c in configs.iter_mut() {
                     let out = wdir.join(format!("n{}-p{}-{round}", c.lbr, c.period));
                     let lbr = c.lbr.to_string();
-                    let (t, s) = tracer.record_run_with(&cmd, c.period, &out, &["--lbr", &lbr])?;
+                    // The application's own CPU: the library preloaded and
+                    // autostarted, no profiler-ctl around it.
+                    let env = [
+                        ("BREAKDANCE_LBR", lbr.as_str()),
+                        ("BREAKDANCE_LOOKAHEAD", "emulate"),
+                    ];
+                    let (t, s) = tracer.autostarted_run(&cmd, c.period, &out, &env)?;
                     c.cpu_s.push(t.cpu_s());
                     c.traces += s.counters.traces_started;
                     c.entries += s.counters.entries_recorded;
@@ -195,8 +203,9 @@ fn write(rep: &mut Report, rows: &[Row], rounds: usize) -> Result<()> {
     }
     rep.note(&format!(
         "Training input, emulate mode, task-clock sampling. {rounds} interleaved rounds, each one \
-         native run and one profiled run per configuration; CPU overhead is the median profiled \
-         CPU time (user + system) over the median native one. \"Extra µs per 32 branches\" \
+         native run and one profiled run per configuration (the library preloaded and \
+         autostarted: the application's CPU, without profiler-ctl); CPU overhead is the median \
+         profiled CPU time (user + system) over the median native one. \"Extra µs per 32 branches\" \
          divides the median extra CPU by the entries recorded per run, times 32: what a \
          hardware-LBR-sized piece of profile costs. Quality is scored as in `quality`: the \
          rounds' profiles merged, against callgrind on the same input; invalid entries must be 0."
