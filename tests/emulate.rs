@@ -387,3 +387,49 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
         }
     }
 }
+
+/// slow_trace.c: a loop the emulation follows only a little at a time in a
+/// noisy process (a run of register-only steps past a segment's step
+/// limit, then a read of memory the loop writes). Each segment kept a few
+/// steps of the thousands it ran, the watchdog gave up nearly every trace,
+/// and the next sample began another: the program ran more than 100 times
+/// slower (over 2 minutes for a 0.2 s run, before the budget). The
+/// handlers' CPU per trace is now capped (`handler_budget`): the program
+/// runs, and traces end by the cap rather than at the watchdog.
+#[test]
+fn a_trace_that_advances_slowly_is_ended_by_its_budget() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("slow_trace");
+    let binary = build(&clang, &dir.0, "slow_trace", &["slow_trace.c"], &["-O2"]);
+    let native = run_native(&binary, &["200000"], &[]);
+    assert!(native.status.success(), "{native:?}");
+    let out = dir.path("out");
+    let profiled = record_with(
+        &tracer,
+        &out,
+        1_000_000,
+        &["--lookahead", "emulate", "--lbr", "512"],
+        &binary,
+        &["200000"],
+        &[],
+    );
+    assert_same_behaviour("slow_trace", &native, &profiled);
+    let rec = load(&out);
+    // No trace gets its 512 branches here: each ends by the cap, with the
+    // entries validated so far.
+    check_reconciles(&rec);
+    assert_valid_traces("slow_trace", &rec);
+    let s = &rec.summary;
+    assert!(counter(s, "entries_written") > 0, "no entry recorded: {s}");
+    let traces = counter(s, "traces_started");
+    assert!(traces >= 20, "too few traces to judge: {s}");
+    // Without the cap almost every trace ended at its watchdog sample.
+    let unreached = counter(s, "aborts.checkpoint_unreached");
+    assert!(
+        unreached * 10 <= traces,
+        "{unreached} of {traces} traces given up at the watchdog: {s}"
+    );
+}

@@ -377,6 +377,10 @@ reasons! {
     /// signal handler run inside it left by longjmp); the next handler of
     /// the thread ended the trace.
     HandlerAbandoned => handler_abandoned,
+    /// Emulate mode: the trace's handlers had spent half a sampling period
+    /// of CPU on it, 1 ms at least (code the emulation follows only a
+    /// little at a time: the cap keeps the program's overhead bounded).
+    HandlerBudget => handler_budget,
 }
 
 /// Calls `$callback! { $(#[doc] name: source,)* }` with every counter of
@@ -480,7 +484,7 @@ mod tests {
 
     #[test]
     fn reasons_have_stable_names() {
-        assert_eq!(AbortReason::COUNT, 15);
+        assert_eq!(AbortReason::COUNT, 16);
         assert_eq!(AbortReason::ALL[2].name(), "pc_mismatch");
         let a = Aborts::from_fn(|r| r as u64);
         assert_eq!(a.get(AbortReason::BreakpointFailed), 9);

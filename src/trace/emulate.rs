@@ -168,6 +168,8 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
         make_room(tracer, slot, t);
     }
     census!(crate::census::begin());
+    t.trace_ns = 0;
+    t.handler_start_ns = t0;
     // Sampling stays armed for the whole trace (see the module doc).
     if !begin_trace(tracer, slot, t, needs) {
         return;
@@ -185,7 +187,9 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
     emu.begin_trace();
     let resumed = emu.state_mut().rflags & context::RF != 0;
     advance(tracer, slot, t, resumed);
-    Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
+    let spent = sys::raw::clock_ns().saturating_sub(t0);
+    t.trace_ns += spent;
+    Counters::add(&c.sampling_ns, spent);
 }
 
 fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucontext) {
@@ -193,6 +197,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
     let c = &slot.counters;
     Counters::bump(&c.breakpoints);
     census!(crate::census::resume());
+    t.handler_start_ns = t0;
     let Some(awaiting) = t.awaiting else {
         disarm_breakpoint(t);
         return;
@@ -296,8 +301,32 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
             }
         }
     }
-    Counters::add(&c.breakpoint_ns, sys::raw::clock_ns().saturating_sub(t0));
+    let spent = sys::raw::clock_ns().saturating_sub(t0);
+    t.trace_ns += spent;
+    Counters::add(&c.breakpoint_ns, spent);
 }
+
+/// Whether the handlers have spent more CPU on the open trace than it may
+/// cost: half the sampling period, and at least [`MIN_TRACE_BUDGET_NS`]
+/// (5 ms with a frequency, which sets no period). A trace costs a few
+/// hundred µs at most where the emulation follows the code well; where it
+/// follows a loop a few steps per stop, segment after segment, a trace
+/// could cost more than the period itself, and the program would spend
+/// most of its time in the handler.
+fn over_budget(t: &ThreadTrace) -> bool {
+    let budget = if t.period != 0 {
+        (t.period / 2).max(MIN_TRACE_BUDGET_NS)
+    } else {
+        5_000_000
+    };
+    let running = sys::raw::clock_ns().saturating_sub(t.handler_start_ns);
+    t.trace_ns + running > budget
+}
+
+/// The least CPU a trace's handlers may spend on it (see [`over_budget`]):
+/// with short periods, half a period would end traces that follow the
+/// code well (128 branches of SQLite cost about 120 µs here).
+const MIN_TRACE_BUDGET_NS: u64 = 1_000_000;
 
 /// Emulates the next segment from the exact state in the emulator and
 /// arms its checkpoint (or the end of the instruction left to the CPU), or
@@ -305,6 +334,15 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
 fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: bool) {
     let c = &slot.counters;
     let lbr = tracer.lbr.load(Ordering::Relaxed);
+    if t.buffer.as_ref().is_some_and(|b| b.open_len() < lbr) && over_budget(t) {
+        end_trace(
+            tracer,
+            slot,
+            t,
+            TraceEnd::Aborted(AbortReason::HandlerBudget),
+        );
+        return;
+    }
     let (Some(emu), Some(buffer)) = (t.emu.as_mut(), t.buffer.as_mut()) else {
         end_trace(
             tracer,

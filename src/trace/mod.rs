@@ -245,6 +245,10 @@ pub struct ThreadTrace {
     /// Emulate mode: the open trace's length before the entries not yet
     /// validated (see `emulate`; `ends::discard_unvalidated` cuts them).
     pub committed: Option<usize>,
+    /// Emulate mode: the handlers' CPU time on the open trace so far, and
+    /// when the running handler began (see `emulate::over_budget`).
+    pub trace_ns: u64,
+    pub handler_start_ns: u64,
 }
 
 impl ThreadTrace {
@@ -265,6 +269,8 @@ impl ThreadTrace {
             predictions: None,
             awaiting: None,
             committed: None,
+            trace_ns: 0,
+            handler_start_ns: 0,
         }
     }
 }

@@ -191,7 +191,7 @@ pub fn counter(summary: &serde_json::Value, path: &str) -> u64 {
         .unwrap_or_else(|| panic!("summary.json {path} is not a count: {value}"))
 }
 
-pub const ABORT_KINDS: [&str; 15] = [
+pub const ABORT_KINDS: [&str; 16] = [
     "rseq",
     "sp_mismatch",
     "pc_mismatch",
@@ -207,6 +207,7 @@ pub const ABORT_KINDS: [&str; 15] = [
     "breakpoint_unreached",
     "emulation_fault",
     "handler_abandoned",
+    "handler_budget",
 ];
 pub const DROP_KINDS: [&str; 8] = [
     "no_free_buffer",
