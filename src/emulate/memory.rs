@@ -155,6 +155,21 @@ pub struct LiveMemory {
     n_undo: usize,
 }
 
+/// The address of entry `p` of a log whose first `n` entries are current;
+/// `u64::MAX` past them (no qword address is: see
+/// [`LiveMemory::store_pos`]).
+#[inline]
+fn address_at<T>(entries: &[T], n: usize, p: usize, addr: impl Fn(&T) -> u64) -> u64 {
+    if p >= n {
+        return u64::MAX;
+    }
+    census!(crate::census::touch(
+        &entries[p],
+        crate::census::Part::Memory
+    ));
+    addr(&entries[p])
+}
+
 /// The bytes `[addr, addr + size)` split over at most two qwords:
 /// (qword address, byte mask within it, shift of the value's first byte).
 fn chunks(addr: u64, size: usize) -> [(u64, u8, u32); 2] {
@@ -274,17 +289,9 @@ impl LiveMemory {
     /// log's length (dropped by [`LiveMemory::rewind_to_seal`]) match no
     /// address: a qword address is 8-aligned, `u64::MAX` is not.
     fn store_pos(&self, addr: u64) -> Result<usize, usize> {
-        let (stores, n) = (&self.stores, self.n_stores);
-        self.store_index.find(addr, |p| {
-            census!(if p < n {
-                crate::census::touch(&stores[p], crate::census::Part::Memory);
-            });
-            if p < n {
-                stores[p].addr
-            } else {
-                u64::MAX
-            }
-        })
+        let (stores, n) = (&self.stores[..], self.n_stores);
+        self.store_index
+            .find(addr, |p| address_at(stores, n, p, |s| s.addr))
     }
 
     fn stored(&self, addr: u64) -> Option<&Stored> {
@@ -294,17 +301,9 @@ impl LiveMemory {
     /// The load log's position of the qword at `addr` (as
     /// [`LiveMemory::store_pos`]).
     fn load_pos(&self, addr: u64) -> Result<usize, usize> {
-        let (loads, n) = (&self.loads, self.n_loads);
-        self.load_index.find(addr, |p| {
-            census!(if p < n {
-                crate::census::touch(&loads[p], crate::census::Part::Memory);
-            });
-            if p < n {
-                loads[p].addr
-            } else {
-                u64::MAX
-            }
-        })
+        let (loads, n) = (&self.loads[..], self.n_loads);
+        self.load_index
+            .find(addr, |p| address_at(loads, n, p, |l| l.addr))
     }
 
     /// The qword at `addr` as first read in this segment, reading and
