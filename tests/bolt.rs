@@ -15,12 +15,18 @@ fn llvm_bolt_accepts_the_preaggregated_profile() {
     };
     let dir = Scratch::new("bolt");
     // BOLT rewrites binaries linked with their relocations kept.
+    // -fno-plt: BOLT does not disassemble .plt as functions, so a trace
+    // through a lazily bound PLT stub (a first call of a libc function,
+    // caught when a sample lands before it) shows as fall-throughs it
+    // counts as "mismatching": real branches, but not ones this test can
+    // tell from wrong ones (seen once in CI: the three fall-throughs of
+    // the lazy-binding path, F 1020 1026, F 1040 1040, F 1046 104b).
     let binary = build(
         &clang,
         &dir.0,
         "branchy",
         &["branchy.c"],
-        &["-Wl,--emit-relocs"],
+        &["-Wl,--emit-relocs", "-fno-plt"],
     );
     let out = dir.path("out");
     let run = record(&tracer, &out, 200_000, &binary, &["3000000"], &[]);
