@@ -265,7 +265,7 @@ fn worker(
     let mut seen: Vec<Module> = Vec::new();
     let mut last_look = sys::now_ns();
     let mut last_window = sys::now_ns();
-    let mut requested = false;
+    // What the doorbell rang for since the last pass.
     let mut rung = 0u32;
     let mut wait = WAIT_BUSY;
     loop {
@@ -275,7 +275,7 @@ fn worker(
         let loads = sys::loaded_object_changes();
         let loaded = loads != last_loads;
         let look = sys::now_ns() - last_look > LOOK_EVERY_NS;
-        if loaded || look || requested {
+        if loaded || look || rung & Doorbell::REFRESH != 0 {
             sync::without_fork(|| {
                 let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
                     return;
@@ -312,7 +312,6 @@ fn worker(
         }
         let added = trace::top_up_pools(tracer);
         let busy = drained > 0 || added > 0 || rung != 0 || loaded;
-        requested = false;
         if drained == 0 {
             if stopping {
                 break;
@@ -326,7 +325,6 @@ fn worker(
                 (wait * 2).min(WAIT_IDLE)
             };
             rung = tracer.exec.doorbell().wait(wait);
-            requested = rung & Doorbell::REFRESH != 0;
         } else {
             rung = 0;
         }
