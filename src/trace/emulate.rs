@@ -169,7 +169,6 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
     }
     census!(crate::census::begin());
     t.trace_ns = 0;
-    t.handler_start_ns = t0;
     // Sampling stays armed for the whole trace (see the module doc).
     if !begin_trace(tracer, slot, t, needs) {
         return;
@@ -186,7 +185,7 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
     context::read(uc.raw(), emu.state_mut());
     emu.begin_trace();
     let resumed = emu.state_mut().rflags & context::RF != 0;
-    advance(tracer, slot, t, resumed);
+    advance(tracer, slot, t, resumed, t0);
     let spent = sys::raw::clock_ns().saturating_sub(t0);
     t.trace_ns += spent;
     Counters::add(&c.sampling_ns, spent);
@@ -197,7 +196,6 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
     let c = &slot.counters;
     Counters::bump(&c.breakpoints);
     census!(crate::census::resume());
-    t.handler_start_ns = t0;
     let Some(awaiting) = t.awaiting else {
         disarm_breakpoint(t);
         return;
@@ -226,7 +224,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
             if let Some(emu) = t.emu.as_mut() {
                 context::read(uc.raw(), emu.state_mut());
             }
-            advance(tracer, slot, t, true);
+            advance(tracer, slot, t, true, t0);
         }
         Awaiting::Checkpoint { hits, .. } if hits > 1 => {
             // An earlier pass of the loop the segment went round. The
@@ -278,7 +276,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
                     record_values(t, c, steps);
                     match segment_end {
                         SegmentEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
-                        SegmentEnd::Continue => advance(tracer, slot, t, true),
+                        SegmentEnd::Continue => advance(tracer, slot, t, true, t0),
                         SegmentEnd::End(reason) => {
                             end_trace(tracer, slot, t, TraceEnd::Aborted(reason))
                         }
@@ -313,13 +311,14 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
 /// follows a loop a few steps per stop, segment after segment, a trace
 /// could cost more than the period itself, and the program would spend
 /// most of its time in the handler.
-fn over_budget(t: &ThreadTrace) -> bool {
+/// `started` is when the running handler began (`sys::raw::clock_ns`).
+fn over_budget(t: &ThreadTrace, started: u64) -> bool {
     let budget = if t.period != 0 {
         (t.period / 2).max(MIN_TRACE_BUDGET_NS)
     } else {
         5_000_000
     };
-    let running = sys::raw::clock_ns().saturating_sub(t.handler_start_ns);
+    let running = sys::raw::clock_ns().saturating_sub(started);
     t.trace_ns + running > budget
 }
 
@@ -330,19 +329,11 @@ const MIN_TRACE_BUDGET_NS: u64 = 1_000_000;
 
 /// Emulates the next segment from the exact state in the emulator and
 /// arms its checkpoint (or the end of the instruction left to the CPU), or
-/// ends the trace.
-fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: bool) {
+/// ends the trace. `started` is when the running handler began.
+fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: bool, started: u64) {
     let c = &slot.counters;
     let lbr = tracer.lbr.load(Ordering::Relaxed);
-    if t.buffer.as_ref().is_some_and(|b| b.open_len() < lbr) && over_budget(t) {
-        end_trace(
-            tracer,
-            slot,
-            t,
-            TraceEnd::Aborted(AbortReason::HandlerBudget),
-        );
-        return;
-    }
+    let over = over_budget(t, started);
     let (Some(emu), Some(buffer)) = (t.emu.as_mut(), t.buffer.as_mut()) else {
         end_trace(
             tracer,
@@ -355,6 +346,15 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
     let committed = buffer.open_len();
     if committed >= lbr {
         end_trace(tracer, slot, t, TraceEnd::Complete);
+        return;
+    }
+    if over {
+        end_trace(
+            tracer,
+            slot,
+            t,
+            TraceEnd::Aborted(AbortReason::HandlerBudget),
+        );
         return;
     }
     let wanted = lbr - committed;

@@ -245,10 +245,9 @@ pub struct ThreadTrace {
     /// Emulate mode: the open trace's length before the entries not yet
     /// validated (see `emulate`; `ends::discard_unvalidated` cuts them).
     pub committed: Option<usize>,
-    /// Emulate mode: the handlers' CPU time on the open trace so far, and
-    /// when the running handler began (see `emulate::over_budget`).
+    /// Emulate mode: the handlers' CPU time on the open trace so far, the
+    /// running one's excepted (see `emulate::over_budget`).
     pub trace_ns: u64,
-    pub handler_start_ns: u64,
 }
 
 impl ThreadTrace {
@@ -270,7 +269,6 @@ impl ThreadTrace {
             awaiting: None,
             committed: None,
             trace_ns: 0,
-            handler_start_ns: 0,
         }
     }
 }
