@@ -74,7 +74,7 @@ pub fn is_quiet_now() -> bool {
 /// the control thread; kept open, close-on-exec): /proc/self/task, when its
 /// link count less 2 is the num_threads of /proc/self/stat (tried a few
 /// times: a thread may start or end between the two reads).
-pub fn open_stat() {
+pub fn open_thread_count() {
     if COUNT_FD.load(Ordering::Acquire) >= 0 {
         return;
     }

@@ -424,7 +424,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         handle
     };
 
-    crate::quiet::open_stat();
+    crate::quiet::open_thread_count();
     survey_quiet();
     // Threads registering themselves wait for `running`; those found here
     // are registered by this thread.
