@@ -393,7 +393,9 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
 /// limit, then a read of memory the loop writes). Each segment kept a few
 /// steps of the thousands it ran, the watchdog gave up nearly every trace,
 /// and the next sample began another: the program ran more than 100 times
-/// slower (over 2 minutes for a 0.2 s run, before the budget). The
+/// slower (over 2 minutes for a 0.2 s run, before the budget). It runs for
+/// 200 ms of its CPU, so that the traces taken do not depend on how fast
+/// the machine is. The
 /// handlers' CPU per trace is now capped (`handler_budget`): the program
 /// runs, and traces end by the cap rather than at the watchdog.
 #[test]
@@ -404,7 +406,7 @@ fn a_trace_that_advances_slowly_is_ended_by_its_budget() {
     };
     let dir = Scratch::new("slow_trace");
     let binary = build(&clang, &dir.0, "slow_trace", &["slow_trace.c"], &["-O2"]);
-    let native = run_native(&binary, &["200000"], &[]);
+    let native = run_native(&binary, &["200"], &[]);
     assert!(native.status.success(), "{native:?}");
     let out = dir.path("out");
     let profiled = record_with(
@@ -413,7 +415,7 @@ fn a_trace_that_advances_slowly_is_ended_by_its_budget() {
         1_000_000,
         &["--lookahead", "emulate", "--lbr", "512"],
         &binary,
-        &["200000"],
+        &["200"],
         &[],
     );
     assert_same_behaviour("slow_trace", &native, &profiled);

@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include "cpu_time.h"
+
 long shared[64];
 static volatile long sink;
 
@@ -21,11 +23,12 @@ __attribute__((noinline)) static long mix(long x) {
     return x;
 }
 
+/* Runs for argv[1] ms of the process's CPU (200 by default). */
 int main(int argc, char **argv) {
     signal(SIGINT, on_int);
-    long rounds = argc > 1 ? atol(argv[1]) : 200000;
+    double budget = argc > 1 ? atof(argv[1]) : 200;
     long x = 1;
-    for (long r = 0; r < rounds; r++) {
+    for (long r = 0; r % 1000 != 0 || cpu_ms() < budget; r++) {
         x = mix(x + shared[r & 63]);
         shared[(r + 1) & 63] = x;
     }
