@@ -1,15 +1,16 @@
 //! The library's own locks, below every other room: a spin lock a fork
-//! child can reset, and the fork guard; and the worker's doorbell, which
-//! handlers ring (it takes no lock).
+//! child can reset, and the fork guard; the worker's doorbell, which
+//! handlers ring (it takes no lock); and a value published to handlers,
+//! which they read without one.
 //!
-//! None of these is ever taken in a signal handler: a handler that found
-//! one held by the thread it interrupted would wait for ever. They are held
-//! for microseconds by the library's threads and by application threads
-//! while they register or end.
+//! None of these locks is ever taken in a signal handler: a handler that
+//! found one held by the thread it interrupted would wait for ever. They
+//! are held for microseconds by the library's threads and by application
+//! threads while they register or end.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// A lock a fork child can reset ([`SpinLock::force_unlock`]); std's
@@ -155,6 +156,45 @@ impl Doorbell {
 impl Default for Doorbell {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// A small value that signal handlers read without a lock while a writer
+/// may replace it: two copies and the index of the current one. The
+/// writer fills the copy not in use and flips the index. Writers must be
+/// serialised by the caller, and no writer may store twice while a reader
+/// is between its index load and its copy (a reader racing with two flips
+/// in a row could see a half-written value): the values kept here are
+/// signal actions, replaced rarely and never in a loop.
+pub struct Published<T: Copy> {
+    copies: UnsafeCell<[T; 2]>,
+    current: AtomicUsize,
+}
+
+// SAFETY: see the type's doc: one writer at a time writes the copy
+// readers are not told to read.
+unsafe impl<T: Copy + Send> Sync for Published<T> {}
+
+impl<T: Copy> Published<T> {
+    pub const fn new(value: T) -> Self {
+        Published {
+            copies: UnsafeCell::new([value; 2]),
+            current: AtomicUsize::new(0),
+        }
+    }
+
+    /// Replaces the value. The caller serialises writers.
+    pub fn store(&self, value: T) {
+        let next = 1 - self.current.load(Ordering::Relaxed);
+        // SAFETY: the one writer writes the copy readers are not using.
+        unsafe { (*self.copies.get())[next] = value };
+        self.current.store(next, Ordering::Release);
+    }
+
+    /// The current value. Async-signal-safe.
+    pub fn load(&self) -> T {
+        // SAFETY: reads the copy the index publishes.
+        unsafe { (*self.copies.get())[self.current.load(Ordering::Acquire)] }
     }
 }
 

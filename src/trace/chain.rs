@@ -9,52 +9,40 @@
 //! that are not ours (int3, raise, ptrace for SIGTRAP; every fault but the
 //! emulator's own for SIGSEGV/SIGBUS) are forwarded to the saved action.
 //!
-//! Storage is two copies and an index per signal: writers (serialised by
-//! `WRITER`) fill the copy not in use and flip the index; the handler reads
-//! the current copy without locks. A handler racing with two flips in a row
-//! could see a half-written action; applications do not change a handler
-//! from inside that handler in a loop.
+//! Each action is a `sync::Published` value: writers (serialised by
+//! `WRITER`) replace it, the handler reads it without locks.
 
-use std::cell::UnsafeCell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::sync::Published;
 use crate::sys;
 
 /// The signals whose actions are kept here, in slot order.
 pub const CHAINED: [i32; 3] = [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS];
 
+/// The application's action for one chained signal, and whether ours is
+/// installed (and so the kernel holds ours, and this the app's).
 struct Saved {
-    copies: UnsafeCell<[libc::sigaction; 2]>,
-    current: AtomicUsize,
-    /// Whether our handler is installed (and so this holds the app's).
+    action: Published<libc::sigaction>,
     active: AtomicBool,
 }
-
-// SAFETY: see the module doc: one writer at a time, readers read the copy
-// the index names.
-unsafe impl Sync for Saved {}
 
 impl Saved {
     const fn new() -> Saved {
         Saved {
             // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask.
-            copies: UnsafeCell::new(unsafe { std::mem::zeroed() }),
-            current: AtomicUsize::new(0),
+            action: Published::new(unsafe { std::mem::zeroed() }),
             active: AtomicBool::new(false),
         }
     }
 
     fn store(&self, action: &libc::sigaction) {
-        let next = 1 - self.current.load(Ordering::Relaxed);
-        // SAFETY: the writer lock is held; readers use the other copy.
-        unsafe { (*self.copies.get())[next] = *action };
-        self.current.store(next, Ordering::Release);
+        self.action.store(*action);
     }
 
     fn load(&self) -> libc::sigaction {
-        // SAFETY: reads the published copy (see the module doc).
-        unsafe { (*self.copies.get())[self.current.load(Ordering::Acquire)] }
+        self.action.load()
     }
 }
 
