@@ -1,18 +1,20 @@
 //! Whether the process is *quiet*: one application thread, and no
-//! application handler for a signal that can arrive at any instant. In a
-//! quiet process nothing but the sampled thread itself writes its private
-//! memory while it runs: no other thread exists to, and no handler can run
-//! in between its instructions. So a segment's reads of private memory
-//! cannot be changed under it, and need no checkpoint (see
-//! ARCHITECTURE.md, "Quiet processes").
+//! application handler for a signal that can arrive at any instant but
+//! those the library wraps ([`wrap`]). In a quiet process nothing but the
+//! sampled thread itself writes its private memory while it runs: no other
+//! thread exists to, and a handler that runs in between its instructions
+//! is counted, so that the segments it may have run inside are dropped.
+//! So a segment's reads of private memory cannot be changed under it
+//! unseen, and need no checkpoint (see ARCHITECTURE.md, "Quiet
+//! processes").
 //!
-//! Both conditions are sticky: once a second application thread or such a
-//! handler has been seen, the process stays noisy for good (a later
-//! survey never makes it quiet again). They are noted synchronously where
-//! the library can (the `pthread_create`, `sigaction` and `signal`
-//! interposers: before the thread exists or the handler is installed), and
-//! by a survey of every signal's action at session
-//! start and every worker look (handlers installed by a raw system call).
+//! Both conditions are sticky: once a second application thread or an
+//! unwrapped handler has been seen, the process stays noisy for good (a
+//! later survey never makes it quiet again). They are noted synchronously
+//! where the library can (the `pthread_create` interposer before the
+//! thread exists; `sigaction` and `signal`, which wrap the handlers they
+//! install), and by a survey of every signal's action at session start and
+//! every worker look (handlers installed by a raw system call).
 //! Threads the interposer cannot see (C11 `thrd_create`, the C library's
 //! timer and AIO helpers, a raw `clone`) are counted at each run instead:
 //! [`is_quiet_now`] reads the process's thread count and takes away the
@@ -25,6 +27,8 @@
 //! Async-signal-safe: atomics and one system call.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+
+pub mod wrap;
 
 /// A second application thread was seen.
 const THREADS: u32 = 1;
@@ -115,6 +119,7 @@ pub fn open_thread_count() {
 /// In a fork child: the descriptor names the parent's stat, and the
 /// library's threads are not here.
 pub fn reset_after_fork() {
+    wrap::reset_after_fork();
     let fd = COUNT_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
         // SAFETY: our own descriptor; the child has one thread.

@@ -89,7 +89,33 @@ fn decoded_rounds(rec: &Recording) -> Vec<(u64, u8)> {
 /// contradicts the program's own record of which way each round went.
 #[test]
 fn flipped_memory_never_makes_a_wrong_entry() {
-    flipped_memory_case("flipper", &["-pthread"]);
+    flipped_memory_case("flipper", &["-pthread"], Evidence::Mismatches);
+}
+
+/// The same memory flipped by a SIGALRM handler (every millisecond of
+/// wall time) in a process of one thread: with the handler wrapped, the
+/// process is quiet and its segments need no checkpoint, but one during
+/// which the handler ran is dropped (`signal_handler`). An alarm that
+/// comes while the tracer's handler runs is delivered as it returns, right
+/// where the trace's segment begins: without that check, such traces show
+/// the branch on the old value.
+#[test]
+fn memory_flipped_by_a_signal_handler_never_makes_a_wrong_entry() {
+    flipped_memory_case(
+        "flipper-handler",
+        &["-DHANDLER_FLIPS"],
+        Evidence::HandlerRuns,
+    );
+}
+
+/// What shows that a run of the flipper met the flips it must survive.
+#[derive(Clone, Copy)]
+enum Evidence {
+    /// Checkpoints that found the flipped word changed.
+    Mismatches,
+    /// Traces dropped because the flipping handler ran in them, in a
+    /// process that stayed quiet (segments settled without a checkpoint).
+    HandlerRuns,
 }
 
 /// The same with the flipper thread started by C11's thrd_create, which
@@ -99,10 +125,14 @@ fn flipped_memory_never_makes_a_wrong_entry() {
 /// changes.
 #[test]
 fn flipped_memory_from_a_c11_thread_never_makes_a_wrong_entry() {
-    flipped_memory_case("flipper-c11", &["-pthread", "-DC11_THREADS"]);
+    flipped_memory_case(
+        "flipper-c11",
+        &["-pthread", "-DC11_THREADS"],
+        Evidence::Mismatches,
+    );
 }
 
-fn flipped_memory_case(name: &str, cflags: &[&str]) {
+fn flipped_memory_case(name: &str, cflags: &[&str], evidence: Evidence) {
     let tracer = tracer();
     let Some(clang) = tool("clang-19") else {
         return;
@@ -141,16 +171,28 @@ fn flipped_memory_case(name: &str, cflags: &[&str]) {
             );
             checked += 1;
         }
-        mismatches += counter(&rec.summary, "speculation_mismatch_memory")
-            + counter(&rec.summary, "speculation_mismatch_registers");
-        eprintln!("flipper run {run}: {checked} rounds checked, {mismatches} mismatches");
+        let s = &rec.summary;
+        mismatches += match evidence {
+            Evidence::Mismatches => {
+                counter(s, "speculation_mismatch_memory")
+                    + counter(s, "speculation_mismatch_registers")
+            }
+            Evidence::HandlerRuns => {
+                assert!(
+                    counter(s, "segments_settled") > 0,
+                    "{name}: the process with a wrapped handler was not quiet: {s}"
+                );
+                counter(s, "aborts.signal_handler")
+            }
+        };
+        eprintln!("{name} run {run}: {checked} rounds checked, {mismatches} flips met");
         if checked >= 200 && mismatches > 0 {
             return;
         }
     }
     panic!(
         "{MAX_RUNS} runs checked {checked} rounds against the program's record (need 200) \
-         and counted {mismatches} speculation mismatches (need some)"
+         and met {mismatches} flips (speculation mismatches or traces a handler ran in; need some)"
     );
 }
 
@@ -335,12 +377,19 @@ fn a_loop_reading_shared_memory_is_cut_without_a_second_pass() {
     );
 }
 
-/// The same loop in a quiet process (one thread, no handler for an
-/// asynchronous signal: nothing but the thread itself can change its
-/// private memory while it runs): its reads need no checkpoint, so a
-/// trace costs no breakpoint stop at all, where a noisy process takes a
-/// stop per iteration. A handler installed for SIGUSR1 (never sent) makes
-/// it noisy again: no entry is then taken without a checkpoint.
+/// The same loop in a quiet process (one thread, and no handler for an
+/// asynchronous signal but those the library wraps: nothing but the
+/// thread itself can change its private memory while it runs): its reads
+/// need no checkpoint, so a trace costs no breakpoint stop at all, where a
+/// noisy process takes a stop per iteration.
+///
+/// - `quiet`: no handler; segments are proven at once (none waits to be
+///   settled).
+/// - `handler`: a SIGUSR1 handler installed with `signal` (never sent) is
+///   wrapped: the process stays quiet, and each proven segment is settled
+///   at the thread's next sample (`quiet::wrap`).
+/// - `thread`: a second thread (sleeping) makes the process noisy: no
+///   entry is taken without a checkpoint.
 #[test]
 fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
     let tracer = tracer();
@@ -349,11 +398,11 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
     };
     let dir = Scratch::new("quiet");
     let binary = values_program(&clang, &dir);
-    for mode in ["quiet", "handler"] {
+    for mode in ["quiet", "handler", "thread"] {
         let args: &[&str] = if mode == "quiet" {
             &["3000"]
         } else {
-            &["3000", "handler"]
+            &["3000", mode]
         };
         let rec = record_checked(&tracer, &binary, args, &["--lbr", "128"], &dir.path(mode));
         let s = &rec.summary;
@@ -364,17 +413,9 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
             counter(s, "validated_entries"),
         );
         let stops = counter(s, "breakpoints");
-        if mode == "quiet" {
-            assert!(
-                proven >= 9 * validated,
-                "{mode}: {proven} entries proven, {validated} validated at a checkpoint: {s}"
-            );
-            assert!(
-                stops * 4 <= traces,
-                "{mode}: {stops} breakpoint stops for {traces} traces: {s}"
-            );
-        } else {
-            // Quiet until main installed the handler: a sample before may
+        let settled = counter(s, "segments_settled");
+        if mode == "thread" {
+            // Quiet until main started the thread: a sample before may
             // prove its entries.
             assert!(
                 proven * 10 <= validated,
@@ -383,6 +424,25 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
             assert!(
                 stops >= 8 * traces,
                 "{mode}: {stops} stops for {traces} traces, where a checkpoint per iteration is due: {s}"
+            );
+            continue;
+        }
+        assert!(
+            proven >= 9 * validated,
+            "{mode}: {proven} entries proven, {validated} validated at a checkpoint: {s}"
+        );
+        assert!(
+            stops * 4 <= traces,
+            "{mode}: {stops} breakpoint stops for {traces} traces: {s}"
+        );
+        if mode == "quiet" {
+            assert_eq!(settled, 0, "{mode}: segments settled with no handler: {s}");
+        } else {
+            // Every trace but the last (its sample never came) and the few
+            // before main installed the handler.
+            assert!(
+                settled * 10 >= traces * 8,
+                "{mode}: {settled} segments settled for {traces} traces: {s}"
             );
         }
     }
@@ -405,7 +465,13 @@ fn a_trace_that_advances_slowly_is_ended_by_its_budget() {
         return;
     };
     let dir = Scratch::new("slow_trace");
-    let binary = build(&clang, &dir.0, "slow_trace", &["slow_trace.c"], &["-O2"]);
+    let binary = build(
+        &clang,
+        &dir.0,
+        "slow_trace",
+        &["slow_trace.c"],
+        &["-O2", "-pthread"],
+    );
     let native = run_native(&binary, &["200"], &[]);
     assert!(native.status.success(), "{native:?}");
     let out = dir.path("out");
@@ -433,5 +499,11 @@ fn a_trace_that_advances_slowly_is_ended_by_its_budget() {
     assert!(
         unreached * 10 <= traces,
         "{unreached} of {traces} traces given up at the watchdog: {s}"
+    );
+    // The loop is the slow kind still (a quiet process would not be).
+    let capped = counter(s, "aborts.handler_budget");
+    assert!(
+        capped * 2 >= traces,
+        "only {capped} of {traces} traces ended by the cap: {s}"
     );
 }

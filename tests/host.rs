@@ -225,7 +225,7 @@ fn a_breakpoint_the_thread_never_reaches_does_not_end_sampling() {
         &scratch.0,
         "abandoned_paths",
         &["abandoned_paths.c"],
-        &[],
+        &["-pthread"],
     );
     let phase_ms = 15;
     let args = [phase_ms.to_string()];

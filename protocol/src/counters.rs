@@ -136,6 +136,15 @@ macro_rules! for_each_counter {
             /// sample came first (or the session stopped, or the thread
             /// ended).
             checkpoint_unreached: Count,
+            /// Emulate mode: segments proven by the process being quiet
+            /// while it had wrapped application handlers, kept once the
+            /// thread's next sample showed that no handler ran (see
+            /// `quiet::wrap`).
+            segments_settled: Count,
+            /// Emulate mode: such segments whose settling never came (the
+            /// session stopped or the thread ended first, or two samples
+            /// found the thread where the segment begins): dropped.
+            segments_unsettled: Count,
             /// Emulate mode: checkpoints where a register differed from the
             /// prediction (the segment's entries were dropped).
             speculation_mismatch_registers: Count,
@@ -381,6 +390,10 @@ reasons! {
     /// of CPU on it, 1 ms at least (code the emulation follows only a
     /// little at a time: the cap keeps the program's overhead bounded).
     HandlerBudget => handler_budget,
+    /// Emulate mode: an application signal handler (wrapped by the
+    /// library) ran while a segment that took the process's quietness for
+    /// granted may have been running: that segment's entries were dropped.
+    SignalHandler => signal_handler,
 }
 
 /// Calls `$callback! { $(#[doc] name: source,)* }` with every counter of
@@ -484,12 +497,13 @@ mod tests {
 
     #[test]
     fn reasons_have_stable_names() {
-        assert_eq!(AbortReason::COUNT, 16);
+        assert_eq!(AbortReason::COUNT, 17);
         assert_eq!(AbortReason::ALL[2].name(), "pc_mismatch");
         let a = Aborts::from_fn(|r| r as u64);
         assert_eq!(a.get(AbortReason::BreakpointFailed), 9);
-        assert_eq!(a.total(), (0..16).sum::<u64>());
+        assert_eq!(a.total(), (0..17).sum::<u64>());
         // A new reason goes last: older summaries keep their meaning.
         assert_eq!(AbortReason::ALL[15].name(), "handler_budget");
+        assert_eq!(AbortReason::ALL[16].name(), "signal_handler");
     }
 }

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
+use crate::quiet::wrap;
 use crate::sys;
 use crate::trace::{chain, threads};
 
@@ -314,7 +315,8 @@ pub unsafe extern "C" fn pthread_create(
 
 /// Interposed sigaction: the actions of the signals the tracer handles
 /// (SIGTRAP, and SIGSEGV/SIGBUS in emulate mode) are kept for chaining
-/// while our handler is installed.
+/// while our handler is installed; the application's handlers for
+/// asynchronous signals are wrapped (`quiet::wrap`).
 ///
 /// # Safety
 /// As sigaction(2).
@@ -325,28 +327,38 @@ pub unsafe extern "C" fn sigaction(
     old: *mut libc::sigaction,
 ) -> i32 {
     // SAFETY: the caller passes null or valid pointers.
-    let (new, old_out) = unsafe { (act.as_ref(), old.as_mut()) };
+    let (new, mut old_out) = unsafe { (act.as_ref(), old.as_mut()) };
+    let wrapping = super::is_preloaded();
     if let Some(a) = new {
-        crate::quiet::handler_installed(sig, a.sa_sigaction);
+        if !(wrapping && wrap::wraps(sig, a.sa_sigaction)) {
+            crate::quiet::handler_installed(sig, a.sa_sigaction);
+        }
     }
-    if chain::intercept(sig, new, old_out) {
+    if chain::intercept(sig, new, old_out.as_deref_mut()) {
         return 0;
     }
-    // SAFETY: as above.
-    if terminate::intercept(sig, !act.is_null(), unsafe { old.as_mut() }) {
-        // Our terminate handler stood for the default action; the
-        // application's new action replaces it.
-        // SAFETY: forwarded contract.
-        return match unsafe { sys::real_sigaction(sig, act, std::ptr::null_mut()) } {
-            Ok(()) => 0,
-            Err(e) => {
-                sys::set_errno(e.0);
-                -1
-            }
-        };
+    if terminate::intercept(sig, new.is_some(), old_out.as_deref_mut()) {
+        // Our terminate handler stood for the default action (reported
+        // as the old one); the application's new action replaces it.
+        if new.is_none() {
+            return 0;
+        }
+        old_out = None;
     }
+    let wrapped = if wrapping {
+        wrap::sigaction(sig, new, old_out.as_deref_mut())
+    } else {
+        None
+    };
     // SAFETY: forwarded contract.
-    match unsafe { sys::real_sigaction(sig, act, old) } {
+    let result = wrapped.unwrap_or_else(|| unsafe {
+        sys::real_sigaction(
+            sig,
+            act,
+            old_out.map_or(std::ptr::null_mut(), |o| o as *mut libc::sigaction),
+        )
+    });
+    match result {
         Ok(()) => 0,
         Err(e) => {
             sys::set_errno(e.0);
@@ -358,37 +370,54 @@ pub unsafe extern "C" fn sigaction(
 type RealSignal = unsafe extern "C" fn(i32, libc::sighandler_t) -> libc::sighandler_t;
 
 /// Interposed signal: as sigaction, for the older interface (glibc's
-/// `signal` does not go through the exported `sigaction`).
+/// `signal` does not go through the exported `sigaction`). The action is
+/// glibc's: SA_RESTART, with the signal blocked while its handler runs
+/// (a signal `siginterrupt` made interrupting is not told apart).
 ///
 /// # Safety
 /// As signal(2).
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
-    crate::quiet::handler_installed(sig, handler);
-    if chain::CHAINED.contains(&sig) {
-        // SAFETY: plain data, all-zero is valid.
-        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-        act.sa_sigaction = handler;
-        act.sa_flags = libc::SA_RESTART;
-        // SAFETY: as above.
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        if chain::intercept(sig, Some(&act), Some(&mut old)) {
-            return old.sa_sigaction;
+    let wrapping = super::is_preloaded();
+    if !(wrapping && wrap::wraps(sig, handler)) {
+        crate::quiet::handler_installed(sig, handler);
+    }
+    // SAFETY: plain data, all-zero is valid.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler;
+    act.sa_flags = libc::SA_RESTART;
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    if chain::CHAINED.contains(&sig) && chain::intercept(sig, Some(&act), Some(&mut old)) {
+        return old.sa_sigaction;
+    }
+    if sig > 0 && sig <= 64 {
+        sys::sigset_add(&mut act.sa_mask, sig);
+    }
+    let ours = terminate::intercept(sig, true, None);
+    let wrapped = if wrapping {
+        wrap::sigaction(sig, Some(&act), Some(&mut old))
+    } else {
+        None
+    };
+    let result = match (wrapped, ours) {
+        (Some(r), _) => r.map(|()| old.sa_sigaction),
+        // SAFETY: a valid action.
+        (None, true) => {
+            unsafe { sys::real_sigaction(sig, &act, std::ptr::null_mut()) }.map(|()| libc::SIG_DFL)
+        }
+        // SAFETY: the C library's signal, forwarded contract.
+        (None, false) => return unsafe { real_signal()(sig, handler) },
+    };
+    match result {
+        // Our terminate handler stood for the default action.
+        Ok(_) if ours => libc::SIG_DFL,
+        Ok(previous) => previous,
+        Err(e) => {
+            sys::set_errno(e.0);
+            libc::SIG_ERR
         }
     }
-    if terminate::intercept(sig, true, None) {
-        // SAFETY: plain data, all-zero is valid.
-        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-        act.sa_sigaction = handler;
-        act.sa_flags = libc::SA_RESTART;
-        // SAFETY: a valid action.
-        return match unsafe { sys::real_sigaction(sig, &act, std::ptr::null_mut()) } {
-            Ok(()) => libc::SIG_DFL,
-            Err(_) => libc::SIG_ERR,
-        };
-    }
-    // SAFETY: the C library's signal, forwarded contract.
-    unsafe { real_signal()(sig, handler) }
 }
 
 fn real_signal() -> RealSignal {

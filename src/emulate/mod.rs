@@ -1431,6 +1431,13 @@ impl Emulator {
         }
     }
 
+    /// Whether the last run took the process's quietness for granted (its
+    /// reads of private memory were the thread's own: see
+    /// [`crate::quiet`]).
+    pub fn ran_quiet(&self) -> bool {
+        self.cpu.mem.quiet
+    }
+
     /// Instructions decoded since the last call (the decoded-instruction
     /// cache missed), for the counters.
     pub fn take_decodes(&mut self) -> u64 {

@@ -27,13 +27,16 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use crate::buffer::{AbortReason, TraceEnd};
 use crate::decode::RegisterFile;
 use crate::emulate::{context, Outcome, SegmentEnd, Validation};
+use crate::quiet::wrap;
 use crate::sys;
 
 use super::counters::Counters;
 use super::ends::{begin_trace, close_open_trace, discard_unvalidated, end_trace, make_room};
 use super::engine::{Engine, Needs, StopRegisters, Ucontext};
-use super::events::{arm_breakpoint, disarm_breakpoint, rearm_sampling, top_up_breakpoint};
-use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
+use super::events::{
+    arm_breakpoint, disarm_breakpoint, rearm_sampling, resume_sampling, top_up_breakpoint,
+};
+use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer, Unsettled};
 
 pub(super) struct Emulate;
 
@@ -159,6 +162,22 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
+    if let Some(u) = t.unsettled.as_mut() {
+        if !u.deferred && StopRegisters::of(uc).same_place(&u.from) {
+            // The sample came as the handler that proved the segment
+            // returned (it fell due while that handler ran): the thread
+            // has run none of the segment yet, and a handler pending with
+            // it would run next. Settled at the next sample.
+            u.deferred = true;
+            Counters::bump(&c.samples_in_trace);
+            resume_sampling(t);
+            Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
+            return;
+        }
+    }
+    if let Some(u) = t.unsettled.take() {
+        settle(tracer, slot, t, u, uc);
+    }
     if t.awaiting.is_some() {
         // The thread never reached the checkpoint (or the end of the
         // instruction it was left to run) in the watchdog's period.
@@ -169,6 +188,9 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
     }
     census!(crate::census::begin());
     t.trace_ns = 0;
+    let runs = wrap::runs();
+    t.handlers_recent = runs != t.runs_at_sample;
+    t.runs_at_sample = runs;
     // Sampling stays armed for the whole trace (see the module doc).
     if !begin_trace(tracer, slot, t, needs) {
         return;
@@ -185,7 +207,7 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
     context::read(uc.raw(), emu.state_mut());
     emu.begin_trace();
     let resumed = emu.state_mut().rflags & context::RF != 0;
-    advance(tracer, slot, t, resumed, t0);
+    advance(tracer, slot, t, resumed, t0, StopRegisters::of(uc));
     let spent = sys::raw::clock_ns().saturating_sub(t0);
     t.trace_ns += spent;
     Counters::add(&c.sampling_ns, spent);
@@ -224,7 +246,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
             if let Some(emu) = t.emu.as_mut() {
                 context::read(uc.raw(), emu.state_mut());
             }
-            advance(tracer, slot, t, true, t0);
+            advance(tracer, slot, t, true, t0, StopRegisters::of(uc));
         }
         Awaiting::Checkpoint { hits, .. } if hits > 1 => {
             // An earlier pass of the loop the segment went round. The
@@ -251,6 +273,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
             tail,
             end: segment_end,
             steps,
+            runs,
             ..
         } => {
             Counters::bump(&c.checkpoints);
@@ -261,12 +284,48 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
                 }
                 None => Validation::Registers,
             };
+            if runs.is_some_and(|r| r != wrap::runs()) {
+                // The segment read memory as the thread's own, and a
+                // handler ran in between: nothing proves those reads.
+                discard_unvalidated(t);
+                end_trace(
+                    tracer,
+                    slot,
+                    t,
+                    TraceEnd::Aborted(AbortReason::SignalHandler),
+                );
+                let spent = sys::raw::clock_ns().saturating_sub(t0);
+                t.trace_ns += spent;
+                Counters::add(&c.breakpoint_ns, spent);
+                return;
+            }
             match verdict {
                 Validation::Match => {
                     t.awaiting = None;
-                    t.committed = None;
                     let open = t.buffer.as_ref().map_or(0, |b| b.open_len());
                     let tail = tail.min(open - committed);
+                    if let (Some(r), true) = (runs, tail > 0) {
+                        // Its tail runs on past the checkpoint, proven by
+                        // quietness: settled at the next sample. (Only a
+                        // segment that completes the trace has a tail.)
+                        debug_assert_eq!(segment_end, SegmentEnd::Complete);
+                        t.unsettled = Some(Unsettled {
+                            runs: r,
+                            validated: open - committed - tail,
+                            proven: tail,
+                            steps,
+                            tail: true,
+                            from: StopRegisters::of(uc),
+                            deferred: false,
+                        });
+                        disarm_breakpoint(t);
+                        resume_sampling(t);
+                        let spent = sys::raw::clock_ns().saturating_sub(t0);
+                        t.trace_ns += spent;
+                        Counters::add(&c.breakpoint_ns, spent);
+                        return;
+                    }
+                    t.committed = None;
                     Counters::add(&c.entries_recorded, (open - committed) as u64);
                     Counters::add(&c.validated_entries, (open - committed - tail) as u64);
                     Counters::add(&c.proven_entries, tail as u64);
@@ -276,7 +335,9 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
                     record_values(t, c, steps);
                     match segment_end {
                         SegmentEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
-                        SegmentEnd::Continue => advance(tracer, slot, t, true, t0),
+                        SegmentEnd::Continue => {
+                            advance(tracer, slot, t, true, t0, StopRegisters::of(uc))
+                        }
                         SegmentEnd::End(reason) => {
                             end_trace(tracer, slot, t, TraceEnd::Aborted(reason))
                         }
@@ -304,6 +365,44 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
     Counters::add(&c.breakpoint_ns, spent);
 }
 
+/// Settles the open trace's last segment, proven (wholly or past its
+/// checkpoint) by the process being quiet (see [`Unsettled`]), at the
+/// thread's next sample: the thread is past it (a segment holds no system
+/// call and a few thousand instructions at most; the sample comes a period
+/// of the thread's CPU after the segment began, a millisecond or so, and
+/// one that comes before the thread ran any of it is told apart in
+/// `on_sample`). A wrapped handler that ran since the segment began may
+/// have run inside it. The trace closes with the segment's entries if none
+/// ran, without them (`signal_handler`) if one did; a segment the thread
+/// has still not begun at a second sample is dropped (`segments_unsettled`,
+/// the trace ending `checkpoint_unreached`).
+fn settle(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, u: Unsettled, uc: &Ucontext) {
+    let c = &slot.counters;
+    if u.deferred && StopRegisters::of(uc).same_place(&u.from) {
+        discard_unvalidated(t);
+        Counters::bump(&c.segments_unsettled);
+        close_open_trace(t, c, TraceEnd::Aborted(AbortReason::CheckpointUnreached));
+    } else if u.runs != wrap::runs() || wrap::is_entering(uc.rip()) {
+        // A handler ran, or the sample came as one was entered: the
+        // kernel had set its frame up over the thread's state, and it
+        // would run next.
+        discard_unvalidated(t);
+        close_open_trace(t, c, TraceEnd::Aborted(AbortReason::SignalHandler));
+    } else {
+        t.committed = None;
+        Counters::bump(&c.segments_settled);
+        Counters::add(&c.entries_recorded, (u.validated + u.proven) as u64);
+        Counters::add(&c.validated_entries, u.validated as u64);
+        Counters::add(&c.proven_entries, u.proven as u64);
+        if u.tail {
+            Counters::bump(&c.proven_tails);
+        }
+        record_values(t, c, u.steps);
+        close_open_trace(t, c, TraceEnd::Complete);
+    }
+    make_room(tracer, slot, t);
+}
+
 /// Whether the handlers have spent more CPU on the open trace than it may
 /// cost: half the sampling period, and at least [`MIN_TRACE_BUDGET_NS`]
 /// (5 ms with a frequency, which sets no period). A trace costs a few
@@ -329,8 +428,16 @@ const MIN_TRACE_BUDGET_NS: u64 = 1_000_000;
 
 /// Emulates the next segment from the exact state in the emulator and
 /// arms its checkpoint (or the end of the instruction left to the CPU), or
-/// ends the trace. `started` is when the running handler began.
-fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: bool, started: u64) {
+/// ends the trace. `started` is when the running handler began; `from`,
+/// the thread's registers where the segment begins.
+fn advance(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    resumed: bool,
+    started: u64,
+    from: StopRegisters,
+) {
     let c = &slot.counters;
     let lbr = tracer.lbr.load(Ordering::Relaxed);
     let over = over_budget(t, started);
@@ -363,12 +470,37 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
         tracer.unwind_dwarf.load(Ordering::Relaxed),
     );
     emu.set_values(tracer.values.load(Ordering::Relaxed));
-    emu.set_trust_quiet(!tracer.always_check.load(Ordering::Relaxed));
+    emu.set_trust_quiet(!tracer.always_check.load(Ordering::Relaxed) && !t.handlers_recent);
     // Before the first push: whatever happens to this handler, the entries
     // after `committed` are not the trace's until validated.
     t.committed = Some(committed);
+    // No application handler runs while this one does (they are blocked):
+    // one that runs from here on runs within the segment.
+    let runs = wrap::runs();
     let outcome = run_counted(emu, &mut **buffer, wanted, resumed, c);
+    // A segment that took the process's quietness for granted, while
+    // wrapped handlers could have run in it, holds only if none did.
+    let runs = (emu.ran_quiet() && wrap::any_wrapped()).then_some(runs);
     let (at, awaiting) = match outcome {
+        Outcome::Segment(seg) if seg.proven && runs.is_some() => {
+            // Exact unless a handler runs before the thread is past it:
+            // the thread's next sample settles it (`settle`).
+            Counters::bump(&c.segments);
+            Counters::bump(&c.segments_proven);
+            Counters::add(&c.emulated_steps, seg.steps as u64);
+            t.unsettled = Some(Unsettled {
+                runs: runs.unwrap_or_default(),
+                validated: 0,
+                proven: seg.entries,
+                steps: seg.steps,
+                tail: false,
+                from,
+                deferred: false,
+            });
+            disarm_breakpoint(t);
+            resume_sampling(t);
+            return;
+        }
         Outcome::Segment(seg) if seg.proven => {
             // Exact without a check (see `Segment::proven`): the trace is
             // complete, with no breakpoint at all.
@@ -394,6 +526,7 @@ fn advance(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, resumed: boo
                     tail: seg.tail_entries,
                     end: seg.end,
                     steps: seg.steps,
+                    runs,
                 },
             )
         }

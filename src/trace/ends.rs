@@ -103,6 +103,11 @@ pub(super) fn close_open_trace(t: &mut ThreadTrace, c: &Counters, end: TraceEnd)
     if let Some(Awaiting::Checkpoint { .. } | Awaiting::Resume { .. }) = discard_unvalidated(t) {
         Counters::bump(&c.checkpoint_unreached);
     }
+    if t.unsettled.take().is_some() {
+        // Its settling sample never came (`emulate::settle`); dropped by
+        // `discard_unvalidated` above.
+        Counters::bump(&c.segments_unsettled);
+    }
     disarm_breakpoint(t);
     if end == TraceEnd::Aborted(AbortReason::OutsideMappings) {
         // Code the table does not know: maybe a library dlopen'ed since

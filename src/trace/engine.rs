@@ -89,7 +89,7 @@ impl RegisterFile for Ucontext {
 /// at the first jcc of glibc's memmove, fired inside the handler's own
 /// memcpy. They are dropped and counted (`duplicate_traps`), which now
 /// stays 0.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StopRegisters([u64; 18]);
 
 impl StopRegisters {
@@ -101,6 +101,14 @@ impl StopRegisters {
         r[16] = regs.rip();
         r[17] = regs.rflags();
         StopRegisters(r)
+    }
+
+    /// Whether `other` holds the same general registers and pc: the thread
+    /// ran nothing in between (or came back to the very same state). The
+    /// flags are left out: the kernel may set RF in one frame and not the
+    /// other.
+    pub(super) fn same_place(&self, other: &StopRegisters) -> bool {
+        self.0[..17] == other.0[..17]
     }
 
     /// Whether this stop repeats the thread's last one (see above): a

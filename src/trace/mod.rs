@@ -179,6 +179,10 @@ pub enum Awaiting {
         /// The segment's steps: its loads are the emulator's up to here
         /// (`values`).
         steps: u32,
+        /// `quiet::wrap::runs()` when the segment began, if it took the
+        /// process's quietness for granted with handlers wrapped: a
+        /// handler run before the checkpoint voids it.
+        runs: Option<u64>,
     },
     /// Emulate: the thread runs one instruction the emulator cannot; at
     /// `at` the state is exact again.
@@ -248,6 +252,40 @@ pub struct ThreadTrace {
     /// Emulate mode: the handlers' CPU time on the open trace so far, the
     /// running one's excepted (see `emulate::over_budget`).
     pub trace_ns: u64,
+    /// Emulate mode: the open trace's last segment, proven by the process
+    /// being quiet, waits for the thread's next sample to show that no
+    /// wrapped application handler ran meanwhile (`emulate::settle`).
+    pub unsettled: Option<Unsettled>,
+    /// Emulate mode: `quiet::wrap::runs()` at the thread's last sample,
+    /// and whether a wrapped handler ran in the period before the open
+    /// trace's sample: then handlers run often (a timer's), a segment
+    /// proven by quietness would likely be dropped, and the trace is
+    /// checked at checkpoints as in a noisy process.
+    pub runs_at_sample: u64,
+    pub handlers_recent: bool,
+}
+
+/// A trace's last segment, proven by quietness (wholly, or its tail past
+/// the checkpoint) in a process with wrapped handlers (`quiet::wrap`),
+/// held in the open trace after `committed` until the thread's next
+/// sample.
+#[derive(Clone, Copy, Debug)]
+pub struct Unsettled {
+    /// `quiet::wrap::runs()` when the segment began.
+    pub runs: u64,
+    /// Its entries validated at its checkpoint, and proven (all of a
+    /// proven segment's; a tail's), counted once it is settled.
+    pub validated: usize,
+    pub proven: usize,
+    /// Its steps (`values`).
+    pub steps: u32,
+    /// A proven tail (`proven_tails`), not a proven segment.
+    pub tail: bool,
+    /// The thread's registers where the segment (or its tail) begins: a
+    /// sample that finds them unchanged came before the thread ran it.
+    pub from: engine::StopRegisters,
+    /// A sample found the thread there already.
+    pub deferred: bool,
 }
 
 impl ThreadTrace {
@@ -269,6 +307,9 @@ impl ThreadTrace {
             awaiting: None,
             committed: None,
             trace_ns: 0,
+            unsettled: None,
+            runs_at_sample: 0,
+            handlers_recent: false,
         }
     }
 }
@@ -591,6 +632,7 @@ pub fn forget_parent_threads(tracer: &Tracer) {
         t.bp_fd = None;
         t.awaiting = None;
         t.committed = None;
+        t.unsettled = None;
         t.bp_armed = false;
         t.bp_hits_left = 0;
         if let Some(mut b) = t.buffer.take() {

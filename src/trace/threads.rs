@@ -58,6 +58,7 @@ pub fn register<'t>(
     t.bp_hits_left = 0;
     t.awaiting = None;
     t.committed = None;
+    t.unsettled = None;
     let mut sample_attr = sampling_attr(event);
     t.period = if event.freq { 0 } else { event.period };
     if !event.freq && event.period > 1 {

@@ -191,7 +191,7 @@ pub fn counter(summary: &serde_json::Value, path: &str) -> u64 {
         .unwrap_or_else(|| panic!("summary.json {path} is not a count: {value}"))
 }
 
-pub const ABORT_KINDS: [&str; 16] = [
+pub const ABORT_KINDS: [&str; 17] = [
     "rseq",
     "sp_mismatch",
     "pc_mismatch",
@@ -208,6 +208,7 @@ pub const ABORT_KINDS: [&str; 16] = [
     "emulation_fault",
     "handler_abandoned",
     "handler_budget",
+    "signal_handler",
 ];
 pub const DROP_KINDS: [&str; 8] = [
     "no_free_buffer",

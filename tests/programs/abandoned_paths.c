@@ -2,14 +2,18 @@
  * SIGPROF handler leaves it by siglongjmp after a few milliseconds of CPU
  * time; no phase's code runs again. A trace waiting at a breakpoint in a
  * phase when it ends waits for a branch the thread never reaches again:
- * the tracer must give it up and go on sampling the next phases.
- * Argument: CPU milliseconds per phase. */
+ * the tracer must give it up and go on sampling the next phases. A second
+ * thread sleeps through the run, so that the process is not quiet and
+ * emulate mode's segments wait at checkpoints too (in a quiet process they
+ * need none). Argument: CPU milliseconds per phase. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #define PHASES 40
 
@@ -43,8 +47,23 @@ SPIN10(0) SPIN10(1) SPIN10(2) SPIN10(3)
 static void (*const phases[PHASES])(volatile unsigned *) = {
     NAME10(0), NAME10(1), NAME10(2), NAME10(3)};
 
+/* Takes no signal: SIGPROF is the process's, and must reach main. */
+static void *sleeper(void *arg) {
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     long ms = argc > 1 ? atol(argv[1]) : 15;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t t;
+    if (pthread_create(&t, NULL, sleeper, NULL) != 0)
+        return 1;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_prof;

@@ -15,9 +15,15 @@
  *
  * Built with -DC11_THREADS the flipper thread is started by C11's
  * thrd_create, which the C library runs without its exported
- * pthread_create (no interposer sees it). */
+ * pthread_create (no interposer sees it).
+ *
+ * Built with -DHANDLER_FLIPS there is no second thread: a SIGALRM handler
+ * (installed with sigaction, a wall-clock interval timer of 1 ms) does
+ * the flipping, between any two instructions of the one thread. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/time.h>
 #include <stdlib.h>
 #ifdef C11_THREADS
 #include <threads.h>
@@ -48,6 +54,12 @@ __attribute__((noinline)) static void flag_0(void) { sink += 100; }
 __attribute__((noinline)) static void flag_1(void) { sink += 101; }
 static fn volatile flags[2] = {flag_0, flag_1};
 
+#ifdef HANDLER_FLIPS
+static void on_alarm(int sig) {
+    (void)sig;
+    shared ^= 1;
+}
+#else
 static void *flipper(void *arg) {
     (void)arg;
     unsigned long x = 88172645463325252ull;
@@ -68,6 +80,7 @@ static int flipper_c11(void *arg) {
     return 0;
 }
 #endif
+#endif
 
 /* Calls out the 24 bits of i, one call per bit, unrolled. */
 __attribute__((noinline)) static void announce(unsigned long i) {
@@ -87,7 +100,13 @@ int main(int argc, char **argv) {
     if (rounds > (1ul << 24))
         rounds = 1ul << 24;
     unsigned char *record = calloc(rounds ? rounds : 1, 1);
-#ifdef C11_THREADS
+#if defined(HANDLER_FLIPS)
+    struct sigaction sa = {0};
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = SA_RESTART;
+    struct itimerval every = {{0, 1000}, {0, 1000}};
+    if (!record || sigaction(SIGALRM, &sa, NULL) != 0 || setitimer(ITIMER_REAL, &every, NULL) != 0) {
+#elif defined(C11_THREADS)
     thrd_t t;
     if (!record || thrd_create(&t, flipper_c11, NULL) != thrd_success) {
 #else
@@ -106,7 +125,10 @@ int main(int argc, char **argv) {
         ones += v;
     }
     done = 1;
-#ifdef C11_THREADS
+#if defined(HANDLER_FLIPS)
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+#elif defined(C11_THREADS)
     thrd_join(t, NULL);
 #else
     pthread_join(t, NULL);

@@ -7,10 +7,10 @@
  * load (no vector loads, no hoisting).
  *
  * Usage: values ROUNDS [thread|handler]: with `thread`, a second thread
- * sleeps through the run; with `handler`, a SIGUSR1 handler is installed
- * (never called). Either makes the process noisy for the tracer (another
- * thread, or a handler, could change the arrays at any instant), so its
- * checkpoints cannot be skipped. */
+ * sleeps through the run, which makes the process noisy for the tracer
+ * (another thread could change the arrays at any instant), so its
+ * checkpoints cannot be skipped; with `handler`, a SIGUSR1 handler is
+ * installed (never called), which the tracer wraps and counts. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
