@@ -171,6 +171,42 @@ fn assert_sampling_went_on(name: &str, rec: &Recording, period_ns: u64, cpu_ms: 
     );
 }
 
+/// The program's own view of its signal actions is unchanged by the
+/// wrapping of asynchronous handlers (`quiet::wrap`): sigactions.c reads
+/// its actions back (handler, flags, mask), checks signal's return
+/// values, runs handlers with their siginfo and mask, SA_RESETHAND and
+/// SA_NODEFER, and ignore and back, and prints each check. Under the
+/// tracer it prints the same and exits 0, and the process stayed quiet:
+/// its segments were settled without a stop.
+#[test]
+fn the_program_sees_its_own_signal_actions() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("sigactions");
+    let program = build(&clang, &scratch.0, "sigactions", &["sigactions.c"], &[]);
+    let args = ["100"];
+    let native = native(&scratch, &program, &args);
+    assert!(
+        native.output.status.success() && text(&native.output.stdout).contains("failures: 0"),
+        "native: {:?}",
+        native.output
+    );
+    let out = scratch.path("out");
+    let profiled = record_bounded(&tracer, &scratch, &out, Some(1_000_000), &program, &args);
+    assert_same_behaviour("sigactions", &native.output, &profiled.output);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_valid_traces("sigactions", &rec);
+    let settled = counter(&rec.summary, "segments_settled");
+    assert!(
+        settled > 0,
+        "sigactions: no segment settled: the wrapped handlers made the process noisy: {}",
+        rec.summary
+    );
+}
+
 /// SIGALRM every millisecond whose handler leaves by siglongjmp: the
 /// tracer's handler is never left half-way by it, sampling goes on, and the
 /// session stops at exit with its profile.
