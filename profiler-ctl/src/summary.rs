@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use breakdance_protocol::{ModuleSummary, StatusReply, Summary};
+use breakdance_protocol::{AbortReason, ModuleSummary, StatusReply, Summary};
 use serde_json::Value;
 
 /// At most this many child-process subdirectories are named one by one.
@@ -187,6 +187,15 @@ pub fn render(
             c.checkpoint_unreached,
             c.step_overs
         );
+        let dropped = c.aborts.get(AbortReason::SignalHandler);
+        if c.segments_settled + c.segments_unsettled + dropped > 0 {
+            let _ = writeln!(
+                out,
+                "  signal handlers (wrapped): {} proven segments kept once no handler had run, \
+                 {dropped} traces cut where one had, {} never settled",
+                c.segments_settled, c.segments_unsettled
+            );
+        }
     } else if resolved + evaluated > 0 {
         let s = resolved as f64 / (resolved + evaluated) as f64;
         let t = if evaluated > 0 {
@@ -340,7 +349,7 @@ fn flatten(prefix: &str, value: &Value, rows: &mut Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use breakdance_protocol::{AbortReason, Event, Lookahead, SessionConfig, SCHEMA_VERSION};
+    use breakdance_protocol::{Event, Lookahead, SessionConfig, SCHEMA_VERSION};
 
     fn module(path: &str, afdo: &str, branches: u64) -> ModuleSummary {
         ModuleSummary {
@@ -466,6 +475,18 @@ next: turn the traces into an AutoFDO profile:
             "look-ahead: 1950 breakpoints (1.5 per trace); 1400 segments emulated, 100 proven \
              without a checkpoint, 40 with a proven tail; 1290 checkpoints, 2 mismatched, 8 \
              unreached; 2 instructions left to the CPU"
+        );
+        assert!(!text.contains("signal handlers"), "{text}");
+        let c = &mut s.counters;
+        (c.segments_settled, c.segments_unsettled) = (90, 1);
+        *c.aborts.get_mut(AbortReason::SignalHandler) = 3;
+        let text = render(&s, Some(Path::new("/work/demo")), &[], None);
+        assert!(
+            text.contains(
+                "signal handlers (wrapped): 90 proven segments kept once no handler had run, 3 \
+                 traces cut where one had, 1 never settled"
+            ),
+            "{text}"
         );
         assert_eq!(
             line("handler time:"),
