@@ -409,6 +409,32 @@ pub fn install_handler(
     Ok(old)
 }
 
+/// Calls a handler the application installed (`sa_sigaction`, with its
+/// `sa_flags`) as the kernel would have: an SA_SIGINFO handler with the
+/// siginfo and context, a plain one with the signal alone.
+///
+/// # Safety
+/// `handler` is a function the application installed for `sig` with
+/// `flags`; `info` and `ctx` are the kernel's for this delivery.
+pub unsafe fn call_handler(
+    handler: libc::sighandler_t,
+    flags: i32,
+    sig: i32,
+    info: *mut libc::siginfo_t,
+    ctx: *mut c_void,
+) {
+    if flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the caller vouches it is an SA_SIGINFO handler.
+        let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(handler) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: the caller vouches it is a plain handler.
+        let f: extern "C" fn(i32) = unsafe { std::mem::transmute(handler) };
+        f(sig);
+    }
+}
+
 /// Replaces the calling thread's signal mask, returning the old one (the
 /// raw rt_sigprocmask: async-signal-safe, no libc bookkeeping).
 pub fn set_signal_mask(mask: &libc::sigset_t) -> libc::sigset_t {

@@ -182,16 +182,9 @@ extern "C" fn wrapper_body(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_voi
         sys::reraise_default(sig);
         return;
     }
-    if action.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the application installed this as an SA_SIGINFO handler.
-        let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void) =
-            unsafe { std::mem::transmute(handler) };
-        f(sig, info, ctx);
-    } else {
-        // SAFETY: the application installed this as a plain handler.
-        let f: extern "C" fn(i32) = unsafe { std::mem::transmute(handler) };
-        f(sig);
-    }
+    // SAFETY: the application installed it with these flags; the
+    // arguments are the kernel's.
+    unsafe { sys::call_handler(handler, action.sa_flags, sig, info, ctx) };
 }
 
 /// In the child of a fork: the writer lock's holder, if any, was another

@@ -191,16 +191,9 @@ pub(crate) fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
         sys::sigset_add(&mut mask, sig);
     }
     let ours = sys::set_signal_mask(&mask);
-    if action.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the application installed this as an SA_SIGINFO handler.
-        let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void) =
-            unsafe { std::mem::transmute(handler) };
-        f(sig, info, ctx);
-    } else {
-        // SAFETY: the application installed this as a plain handler.
-        let f: extern "C" fn(i32) = unsafe { std::mem::transmute(handler) };
-        f(sig);
-    }
+    // SAFETY: the application installed it with these flags; the
+    // arguments are the kernel's.
+    unsafe { sys::call_handler(handler, action.sa_flags, sig, info, ctx) };
     sys::set_signal_mask(&ours);
 }
 

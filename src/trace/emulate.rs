@@ -284,22 +284,19 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
                 }
                 None => Validation::Registers,
             };
-            if runs.is_some_and(|r| r != wrap::runs()) {
-                // The segment read memory as the thread's own, and a
-                // handler ran in between: nothing proves those reads.
-                discard_unvalidated(t);
-                end_trace(
-                    tracer,
-                    slot,
-                    t,
-                    TraceEnd::Aborted(AbortReason::SignalHandler),
-                );
-                let spent = sys::raw::clock_ns().saturating_sub(t0);
-                t.trace_ns += spent;
-                Counters::add(&c.breakpoint_ns, spent);
-                return;
-            }
+            // The segment read memory as the thread's own, and a handler
+            // ran in between: nothing proves those reads.
+            let handler_ran = runs.is_some_and(|r| r != wrap::runs());
             match verdict {
+                _ if handler_ran => {
+                    discard_unvalidated(t);
+                    end_trace(
+                        tracer,
+                        slot,
+                        t,
+                        TraceEnd::Aborted(AbortReason::SignalHandler),
+                    );
+                }
                 Validation::Match => {
                     t.awaiting = None;
                     let open = t.buffer.as_ref().map_or(0, |b| b.open_len());
@@ -309,37 +306,35 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
                         // quietness: settled at the next sample. (Only a
                         // segment that completes the trace has a tail.)
                         debug_assert_eq!(segment_end, SegmentEnd::Complete);
-                        t.unsettled = Some(Unsettled {
-                            runs: r,
-                            validated: open - committed - tail,
-                            proven: tail,
-                            steps,
-                            tail: true,
-                            from: StopRegisters::of(uc),
-                            deferred: false,
-                        });
-                        disarm_breakpoint(t);
-                        resume_sampling(t);
-                        let spent = sys::raw::clock_ns().saturating_sub(t0);
-                        t.trace_ns += spent;
-                        Counters::add(&c.breakpoint_ns, spent);
-                        return;
-                    }
-                    t.committed = None;
-                    Counters::add(&c.entries_recorded, (open - committed) as u64);
-                    Counters::add(&c.validated_entries, (open - committed - tail) as u64);
-                    Counters::add(&c.proven_entries, tail as u64);
-                    if tail > 0 {
-                        Counters::bump(&c.proven_tails);
-                    }
-                    record_values(t, c, steps);
-                    match segment_end {
-                        SegmentEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
-                        SegmentEnd::Continue => {
-                            advance(tracer, slot, t, true, t0, StopRegisters::of(uc))
+                        hold_unsettled(
+                            t,
+                            Unsettled {
+                                runs: r,
+                                validated: open - committed - tail,
+                                proven: tail,
+                                steps,
+                                tail: true,
+                                from: StopRegisters::of(uc),
+                                deferred: false,
+                            },
+                        );
+                    } else {
+                        t.committed = None;
+                        Counters::add(&c.entries_recorded, (open - committed) as u64);
+                        Counters::add(&c.validated_entries, (open - committed - tail) as u64);
+                        Counters::add(&c.proven_entries, tail as u64);
+                        if tail > 0 {
+                            Counters::bump(&c.proven_tails);
                         }
-                        SegmentEnd::End(reason) => {
-                            end_trace(tracer, slot, t, TraceEnd::Aborted(reason))
+                        record_values(t, c, steps);
+                        match segment_end {
+                            SegmentEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
+                            SegmentEnd::Continue => {
+                                advance(tracer, slot, t, true, t0, StopRegisters::of(uc))
+                            }
+                            SegmentEnd::End(reason) => {
+                                end_trace(tracer, slot, t, TraceEnd::Aborted(reason))
+                            }
                         }
                     }
                 }
@@ -363,6 +358,15 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
     let spent = sys::raw::clock_ns().saturating_sub(t0);
     t.trace_ns += spent;
     Counters::add(&c.breakpoint_ns, spent);
+}
+
+/// Leaves the open trace's last segment in it, after `committed`, until
+/// the thread's next sample settles it ([`settle`]): no breakpoint, and
+/// the next sample a whole period away.
+fn hold_unsettled(t: &mut ThreadTrace, u: Unsettled) {
+    t.unsettled = Some(u);
+    disarm_breakpoint(t);
+    resume_sampling(t);
 }
 
 /// Settles the open trace's last segment, proven (wholly or past its
@@ -488,17 +492,18 @@ fn advance(
             Counters::bump(&c.segments);
             Counters::bump(&c.segments_proven);
             Counters::add(&c.emulated_steps, seg.steps as u64);
-            t.unsettled = Some(Unsettled {
-                runs: runs.unwrap_or_default(),
-                validated: 0,
-                proven: seg.entries,
-                steps: seg.steps,
-                tail: false,
-                from,
-                deferred: false,
-            });
-            disarm_breakpoint(t);
-            resume_sampling(t);
+            hold_unsettled(
+                t,
+                Unsettled {
+                    runs: runs.unwrap_or_default(),
+                    validated: 0,
+                    proven: seg.entries,
+                    steps: seg.steps,
+                    tail: false,
+                    from,
+                    deferred: false,
+                },
+            );
             return;
         }
         Outcome::Segment(seg) if seg.proven => {
