@@ -448,16 +448,86 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
     }
 }
 
+/// slow_trace.c in a quiet process: its loop reads only the thread's own
+/// memory, so a segment is proven however long it runs, but 8192 steps (a
+/// segment's longest) hold under 512 taken branches. Such a pass used to be
+/// redone to its last fresh address, a loop's first iteration: the trace
+/// kept 26 entries for 71 steps run per step kept and 9 stops, and every
+/// trace ended by the handlers' budget. Now the trace ends at the step
+/// limit with every entry it proved (`lookahead_limit`), with no stop.
+#[test]
+fn a_proven_stretch_short_of_its_branches_is_kept_whole() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("slow_trace_quiet");
+    let binary = build(
+        &clang,
+        &dir.0,
+        "slow_trace",
+        &["slow_trace.c"],
+        &["-O2", "-pthread"],
+    );
+    let args = ["200", "quiet"];
+    let native = run_native(&binary, &args, &[]);
+    assert!(native.status.success(), "{native:?}");
+    let out = dir.path("out");
+    let profiled = record_with(
+        &tracer,
+        &out,
+        1_000_000,
+        &["--lookahead", "emulate", "--lbr", "512"],
+        &binary,
+        &args,
+        &[],
+    );
+    assert_same_behaviour("slow_trace quiet", &native, &profiled);
+    let rec = load(&out);
+    check_reconciles(&rec);
+    assert_valid_traces("slow_trace quiet", &rec);
+    let s = &rec.summary;
+    let traces = counter(s, "traces_started");
+    assert!(traces >= 20, "too few traces to judge: {s}");
+    let at_limit = counter(s, "aborts.lookahead_limit");
+    assert!(
+        at_limit * 2 >= traces,
+        "only {at_limit} of {traces} traces ended at the step limit: {s}"
+    );
+    let stops = counter(s, "breakpoints");
+    assert!(
+        stops * 4 <= traces,
+        "{stops} stops for {traces} traces: {s}"
+    );
+    let (run, kept) = (
+        counter(s, "emulated_steps_run"),
+        counter(s, "emulated_steps"),
+    );
+    assert!(
+        run * 10 <= kept * 12,
+        "{run} steps run for {kept} kept: passes were redone: {s}"
+    );
+    let (proven, validated) = (
+        counter(s, "proven_entries"),
+        counter(s, "validated_entries"),
+    );
+    assert!(
+        proven >= 9 * validated,
+        "{proven} entries proven, {validated} validated: {s}"
+    );
+}
+
 /// slow_trace.c: a loop the emulation follows only a little at a time in a
 /// noisy process (a run of register-only steps past a segment's step
-/// limit, then a read of memory the loop writes). Each segment kept a few
-/// steps of the thousands it ran, the watchdog gave up nearly every trace,
-/// and the next sample began another: the program ran more than 100 times
-/// slower (over 2 minutes for a 0.2 s run, before the budget). It runs for
-/// 200 ms of its CPU, so that the traces taken do not depend on how fast
-/// the machine is. The
-/// handlers' CPU per trace is now capped (`handler_budget`): the program
-/// runs, and traces end by the cap rather than at the watchdog.
+/// limit, then a read of memory another thread could change). Each segment
+/// keeps one iteration of the few it ran, with a stop, and 512 branches
+/// take more CPU than a trace may cost. Before the cap, the loop of an
+/// earlier version of the program ran more than 100 times slower (over 2
+/// minutes for a 0.2 s run), the watchdog giving up nearly every trace.
+/// It runs for 200 ms of its CPU, so that the traces taken do not depend
+/// on how fast the machine is. The handlers' CPU per trace is capped
+/// (`handler_budget`): the program runs, and its traces end by the cap
+/// (none does without it).
 #[test]
 fn a_trace_that_advances_slowly_is_ended_by_its_budget() {
     let tracer = tracer();

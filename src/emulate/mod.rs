@@ -440,11 +440,12 @@ pub struct Segment {
     /// `REP_LIMIT` iterations).
     pub steps: u32,
     pub end: SegmentEnd,
-    /// The trace is complete and every read of the segment was of memory
-    /// no other thread can change (immutable memory, the segment's own
-    /// stores, and the stack slot a pop, ret or leave reads: saved
-    /// registers and return addresses): the prediction is exact without a
-    /// checkpoint.
+    /// The trace ends with this segment (complete, or at the step limit
+    /// short of its Nth branch: `end` says which) and every read of the
+    /// segment was of memory no other thread can change (immutable memory,
+    /// the segment's own stores, and the stack slot a pop, ret or leave
+    /// reads: saved registers and return addresses): the prediction is
+    /// exact without a checkpoint.
     pub proven: bool,
     /// Entries after the checkpoint (a proven tail): the last ones, which
     /// the checkpoint's state and memory no other thread can change
@@ -866,7 +867,14 @@ impl Emulator {
         );
         let mut cut = None;
         let mut split = None;
-        let proven = pass.safe && pass.end == SegmentEnd::Complete && pass.redo.is_none();
+        // A pass proven to its end: the trace's Nth branch, or the tail's
+        // step limit short of it (see `pass`).
+        let proven = pass.safe
+            && matches!(
+                pass.end,
+                SegmentEnd::Complete | SegmentEnd::End(AbortReason::LookaheadLimit)
+            )
+            && pass.redo.is_none();
         if pass.redo.is_none() && pass.first.is_none() && !proven {
             // A checkpoint where the path ended may need several hits (a
             // loop); the last first-visited point needs one but proves
@@ -1127,6 +1135,23 @@ impl Emulator {
                         (None, s) => Some(s),
                     };
                     limit = MAX_TAIL_STEPS;
+                } else if overran.is_some() && safe && rep_start.is_none() {
+                    // Proven all the way to the tail's limit, short of the
+                    // Nth branch (code with few taken branches: bzip2's
+                    // unrolled compares, 80 steps a branch): every entry so
+                    // far is exact, and the trace ends with them. Redone to
+                    // its last fresh address, the pass kept a loop's first
+                    // iteration of 8192 steps, and the next segment met the
+                    // same loop.
+                    break 'run Pass {
+                        safe,
+                        ..done(
+                            SegmentEnd::End(AbortReason::LookaheadLimit),
+                            entries,
+                            steps,
+                            fresh,
+                        )
+                    };
                 } else {
                     break 'run match rep_start {
                         Some(s) => Pass {

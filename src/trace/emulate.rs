@@ -314,6 +314,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
                                 proven: tail,
                                 steps,
                                 tail: true,
+                                end: TraceEnd::Complete,
                                 from: StopRegisters::of(uc),
                                 deferred: false,
                             },
@@ -360,6 +361,15 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
     Counters::add(&c.breakpoint_ns, spent);
 }
 
+/// How a trace whose last segment is proven ends: complete, or at the
+/// step limit short of its Nth branch (`Segment::proven`).
+fn proven_end(end: SegmentEnd) -> TraceEnd {
+    match end {
+        SegmentEnd::End(reason) => TraceEnd::Aborted(reason),
+        SegmentEnd::Complete | SegmentEnd::Continue => TraceEnd::Complete,
+    }
+}
+
 /// Leaves the open trace's last segment in it, after `committed`, until
 /// the thread's next sample settles it ([`settle`]): no breakpoint, and
 /// the next sample a whole period away.
@@ -402,7 +412,7 @@ fn settle(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, u: Unsettled,
             Counters::bump(&c.proven_tails);
         }
         record_values(t, c, u.steps);
-        close_open_trace(t, c, TraceEnd::Complete);
+        close_open_trace(t, c, u.end);
     }
     make_room(tracer, slot, t);
 }
@@ -487,6 +497,7 @@ fn advance(
     let runs = (emu.ran_quiet() && wrap::any_wrapped()).then_some(runs);
     let (at, awaiting) = match outcome {
         Outcome::Segment(seg) if seg.proven && runs.is_some() => {
+            let end = proven_end(seg.end);
             // Exact unless a handler runs before the thread is past it:
             // the thread's next sample settles it (`settle`).
             Counters::bump(&c.segments);
@@ -500,6 +511,7 @@ fn advance(
                     proven: seg.entries,
                     steps: seg.steps,
                     tail: false,
+                    end,
                     from,
                     deferred: false,
                 },
@@ -507,8 +519,8 @@ fn advance(
             return;
         }
         Outcome::Segment(seg) if seg.proven => {
-            // Exact without a check (see `Segment::proven`): the trace is
-            // complete, with no breakpoint at all.
+            // Exact without a check (see `Segment::proven`): the trace
+            // ends, with no breakpoint at all.
             Counters::bump(&c.segments);
             Counters::bump(&c.segments_proven);
             Counters::add(&c.emulated_steps, seg.steps as u64);
@@ -516,7 +528,7 @@ fn advance(
             Counters::add(&c.proven_entries, seg.entries as u64);
             t.committed = None;
             record_values(t, c, seg.steps);
-            end_trace(tracer, slot, t, TraceEnd::Complete);
+            end_trace(tracer, slot, t, proven_end(seg.end));
             return;
         }
         Outcome::Segment(seg) => {

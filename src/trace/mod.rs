@@ -281,6 +281,8 @@ pub struct Unsettled {
     pub steps: u32,
     /// A proven tail (`proven_tails`), not a proven segment.
     pub tail: bool,
+    /// How the trace ends once the segment is settled.
+    pub end: crate::buffer::TraceEnd,
     /// The thread's registers where the segment (or its tail) begins: a
     /// sample that finds them unchanged came before the thread ran it.
     pub from: engine::StopRegisters,
