@@ -27,4 +27,17 @@ for key in sorted(groups):
         med("run_per_kept"), med("handler_us_per_trace"), med("ns_per_step"),
         med("proven_pct"), med("settled"), med("signal_handler")))
 print()
+# The builds' CPU against each other, round by round: the native run
+# drifts between rounds more than the builds differ.
+cpu = {(r["workload"], int(r["period_ms"]), r["round"], r["build"]): float(r["cpu_s"])
+       for r in rows}
+pairs = defaultdict(list)
+for (w, p, rnd, b), v in cpu.items():
+    if b == "after" and (w, p, rnd, "before") in cpu:
+        pairs[(w, p)].append(v / cpu[(w, p, rnd, "before")])
+for key in sorted(pairs):
+    ratios = sorted(pairs[key])
+    print("- %s 128/%d ms: after / before CPU, by round: median %.3f (%s)" % (
+        key[0], key[1], st.median(ratios), ", ".join("%.2f" % x for x in ratios)))
+print()
 print("%d rounds; medians." % len({r["round"] for r in rows}))

@@ -13,6 +13,12 @@
 #   results/speed/wrapped.sh BEFORE/libbreakdance.so AFTER/libbreakdance.so [ROUNDS] > results/speed/wrapped.csv
 #   results/speed/wrapped.py results/speed/wrapped.csv
 #
+# WORKLOADS picks the programs (default: lua python3 xz sqlite); `bzip2`
+# is bzip2 -9 on the quick training text repeated 12 times (6 MiB), the
+# program of the step-limit change (results/speed/README.md):
+#
+#   WORKLOADS=bzip2 results/speed/wrapped.sh BEFORE AFTER 5 > results/speed/step-limit.csv
+#
 # The inputs are the harness's quick ones (`bench-harness overhead --quick`
 # builds Lua and writes them; SQLite is built by a full run of any
 # experiment that uses it, e.g. `bench-harness levels`).
@@ -26,16 +32,22 @@ declare -A cmd=(
   [xz]="/usr/bin/xz -c -6 -T1 $w/inputs-quick/data-train.txt"
   [sqlite]="$w/build/sqlite/baseline/speedtest1 --memdb --testset main --size 25"
 )
-for k in lua python3 xz sqlite; do
+workloads=${WORKLOADS:-lua python3 xz sqlite}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [[ " $workloads " == *" bzip2 "* ]]; then
+  [ -f "$w/inputs-quick/text-train.txt" ] || { echo "wrapped: $w/inputs-quick/text-train.txt missing" >&2; exit 2; }
+  for _ in $(seq 12); do cat "$w/inputs-quick/text-train.txt"; done > "$work/text.txt"
+  cmd[bzip2]="$w/build/bzip2/baseline/bzip2 -c -9 $work/text.txt"
+fi
+for k in $workloads; do
   first=${cmd[$k]%% *}
   [ -x "$first" ] || { echo "wrapped: $first missing (see the header)" >&2; exit 2; }
 done
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 cpu() { awk '{printf "%.3f", $1 + $2}' "$work/time"; }
 echo "workload,lbr,period_ms,round,build,cpu_s,traces,stops_per_trace,run_per_kept,handler_us_per_trace,ns_per_step,proven_pct,settled,unsettled,signal_handler,completed_pct"
 for r in $(seq 1 "$rounds"); do
-  for k in lua python3 xz sqlite; do
+  for k in $workloads; do
     for setting in "128 3" "128 10"; do
       set -- $setting
       # shellcheck disable=SC2086 # the command's words
