@@ -448,6 +448,40 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
     }
 }
 
+/// slow_trace.c run with `args` under the tracer (emulate mode, 512
+/// branches, 1 ms), after a native run: the same behaviour, counters that
+/// reconcile and valid traces. None without clang.
+fn slow_trace(args: &[&str]) -> Option<Recording> {
+    let tracer = tracer();
+    let clang = tool("clang-19")?;
+    let dir = Scratch::new(&format!("slow_trace-{}", args.join("-")));
+    let binary = build(
+        &clang,
+        &dir.0,
+        "slow_trace",
+        &["slow_trace.c"],
+        &["-O2", "-pthread"],
+    );
+    let native = run_native(&binary, args, &[]);
+    assert!(native.status.success(), "{native:?}");
+    let out = dir.path("out");
+    let profiled = record_with(
+        &tracer,
+        &out,
+        1_000_000,
+        &["--lookahead", "emulate", "--lbr", "512"],
+        &binary,
+        args,
+        &[],
+    );
+    let name = format!("slow_trace {}", args.join(" "));
+    assert_same_behaviour(&name, &native, &profiled);
+    let rec = load(&out);
+    check_reconciles(&rec);
+    assert_valid_traces(&name, &rec);
+    Some(rec)
+}
+
 /// slow_trace.c in a quiet process: its loop reads only the thread's own
 /// memory, so a segment is proven however long it runs, but 8192 steps (a
 /// segment's longest) hold under 512 taken branches. Such a pass used to be
@@ -457,35 +491,9 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
 /// limit with every entry it proved (`lookahead_limit`), with no stop.
 #[test]
 fn a_proven_stretch_short_of_its_branches_is_kept_whole() {
-    let tracer = tracer();
-    let Some(clang) = tool("clang-19") else {
+    let Some(rec) = slow_trace(&["200", "quiet"]) else {
         return;
     };
-    let dir = Scratch::new("slow_trace_quiet");
-    let binary = build(
-        &clang,
-        &dir.0,
-        "slow_trace",
-        &["slow_trace.c"],
-        &["-O2", "-pthread"],
-    );
-    let args = ["200", "quiet"];
-    let native = run_native(&binary, &args, &[]);
-    assert!(native.status.success(), "{native:?}");
-    let out = dir.path("out");
-    let profiled = record_with(
-        &tracer,
-        &out,
-        1_000_000,
-        &["--lookahead", "emulate", "--lbr", "512"],
-        &binary,
-        &args,
-        &[],
-    );
-    assert_same_behaviour("slow_trace quiet", &native, &profiled);
-    let rec = load(&out);
-    check_reconciles(&rec);
-    assert_valid_traces("slow_trace quiet", &rec);
     let s = &rec.summary;
     let traces = counter(s, "traces_started");
     assert!(traces >= 20, "too few traces to judge: {s}");
@@ -530,36 +538,11 @@ fn a_proven_stretch_short_of_its_branches_is_kept_whole() {
 /// (none does without it).
 #[test]
 fn a_trace_that_advances_slowly_is_ended_by_its_budget() {
-    let tracer = tracer();
-    let Some(clang) = tool("clang-19") else {
-        return;
-    };
-    let dir = Scratch::new("slow_trace");
-    let binary = build(
-        &clang,
-        &dir.0,
-        "slow_trace",
-        &["slow_trace.c"],
-        &["-O2", "-pthread"],
-    );
-    let native = run_native(&binary, &["200"], &[]);
-    assert!(native.status.success(), "{native:?}");
-    let out = dir.path("out");
-    let profiled = record_with(
-        &tracer,
-        &out,
-        1_000_000,
-        &["--lookahead", "emulate", "--lbr", "512"],
-        &binary,
-        &["200"],
-        &[],
-    );
-    assert_same_behaviour("slow_trace", &native, &profiled);
-    let rec = load(&out);
     // No trace gets its 512 branches here: each ends by the cap, with the
     // entries validated so far.
-    check_reconciles(&rec);
-    assert_valid_traces("slow_trace", &rec);
+    let Some(rec) = slow_trace(&["200"]) else {
+        return;
+    };
     let s = &rec.summary;
     assert!(counter(s, "entries_written") > 0, "no entry recorded: {s}");
     let traces = counter(s, "traces_started");
