@@ -330,9 +330,7 @@ pub unsafe extern "C" fn sigaction(
     let (new, mut old_out) = unsafe { (act.as_ref(), old.as_mut()) };
     let wrapping = super::is_preloaded();
     if let Some(a) = new {
-        if !(wrapping && wrap::wraps(sig, a.sa_sigaction)) {
-            crate::quiet::handler_installed(sig, a.sa_sigaction);
-        }
+        note_handler(wrapping, sig, a.sa_sigaction);
     }
     if chain::intercept(sig, new, old_out.as_deref_mut()) {
         return 0;
@@ -367,6 +365,15 @@ pub unsafe extern "C" fn sigaction(
     }
 }
 
+/// Tells `quiet` of a handler about to be installed, unless it will be
+/// wrapped (`wrapping`: the library is preloaded, and wraps what
+/// `wrap::wraps` takes).
+fn note_handler(wrapping: bool, sig: i32, handler: libc::sighandler_t) {
+    if !(wrapping && wrap::wraps(sig, handler)) {
+        crate::quiet::handler_installed(sig, handler);
+    }
+}
+
 type RealSignal = unsafe extern "C" fn(i32, libc::sighandler_t) -> libc::sighandler_t;
 
 /// Interposed signal: as sigaction, for the older interface (glibc's
@@ -379,9 +386,7 @@ type RealSignal = unsafe extern "C" fn(i32, libc::sighandler_t) -> libc::sighand
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
     let wrapping = super::is_preloaded();
-    if !(wrapping && wrap::wraps(sig, handler)) {
-        crate::quiet::handler_installed(sig, handler);
-    }
+    note_handler(wrapping, sig, handler);
     // SAFETY: plain data, all-zero is valid.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
     act.sa_sigaction = handler;

@@ -65,11 +65,9 @@ pub fn any_wrapped() -> bool {
 /// SIG_DFL or SIG_IGN) for an asynchronous signal the kernel lets a
 /// program catch.
 pub fn wraps(sig: i32, handler: libc::sighandler_t) -> bool {
-    sig > 0
-        && (sig as usize) < SLOTS
+    may_hold(sig)
         && sig != libc::SIGKILL
         && sig != libc::SIGSTOP
-        && !super::synchronous(sig)
         && handler != libc::SIG_DFL
         && handler != libc::SIG_IGN
         && handler != libc::SIG_ERR

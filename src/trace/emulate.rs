@@ -162,21 +162,23 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
     let t0 = sys::raw::clock_ns();
     let c = &slot.counters;
     Counters::bump(&c.samples);
-    if let Some(u) = t.unsettled.as_mut() {
-        if !u.deferred && StopRegisters::of(uc).same_place(&u.from) {
+    if let Some(u) = t.unsettled.take() {
+        let unmoved = StopRegisters::of(uc).same_place(&u.from);
+        if unmoved && !u.deferred {
             // The sample came as the handler that proved the segment
             // returned (it fell due while that handler ran): the thread
             // has run none of the segment yet, and a handler pending with
             // it would run next. Settled at the next sample.
-            u.deferred = true;
+            t.unsettled = Some(Unsettled {
+                deferred: true,
+                ..u
+            });
             Counters::bump(&c.samples_in_trace);
             resume_sampling(t);
             Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
             return;
         }
-    }
-    if let Some(u) = t.unsettled.take() {
-        settle(tracer, slot, t, u, uc);
+        settle(tracer, slot, t, u, unmoved, uc.rip());
     }
     if t.awaiting.is_some() {
         // The thread never reached the checkpoint (or the end of the
@@ -320,14 +322,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
                             },
                         );
                     } else {
-                        t.committed = None;
-                        Counters::add(&c.entries_recorded, (open - committed) as u64);
-                        Counters::add(&c.validated_entries, (open - committed - tail) as u64);
-                        Counters::add(&c.proven_entries, tail as u64);
-                        if tail > 0 {
-                            Counters::bump(&c.proven_tails);
-                        }
-                        record_values(t, c, steps);
+                        keep_segment(t, c, open - committed - tail, tail, tail > 0, steps);
                         match segment_end {
                             SegmentEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
                             SegmentEnd::Continue => {
@@ -361,6 +356,27 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
     Counters::add(&c.breakpoint_ns, spent);
 }
 
+/// Makes the entries after `committed` the trace's: `validated` at a
+/// checkpoint, then `proven` (a proven segment's, or a proven `tail`'s),
+/// counted, with the loads of the segment's `steps` (`values`).
+fn keep_segment(
+    t: &mut ThreadTrace,
+    c: &Counters,
+    validated: usize,
+    proven: usize,
+    tail: bool,
+    steps: u32,
+) {
+    t.committed = None;
+    Counters::add(&c.entries_recorded, (validated + proven) as u64);
+    Counters::add(&c.validated_entries, validated as u64);
+    Counters::add(&c.proven_entries, proven as u64);
+    if tail {
+        Counters::bump(&c.proven_tails);
+    }
+    record_values(t, c, steps);
+}
+
 /// How a trace whose last segment is proven ends: complete, or at the
 /// step limit short of its Nth branch (`Segment::proven`).
 fn proven_end(end: SegmentEnd) -> TraceEnd {
@@ -390,28 +406,30 @@ fn hold_unsettled(t: &mut ThreadTrace, u: Unsettled) {
 /// ran, without them (`signal_handler`) if one did; a segment the thread
 /// has still not begun at a second sample is dropped (`segments_unsettled`,
 /// the trace ending `checkpoint_unreached`).
-fn settle(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, u: Unsettled, uc: &Ucontext) {
+/// `unmoved`: the sample finds the registers of `u.from`; `pc`, where it
+/// interrupted the thread.
+fn settle(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    t: &mut ThreadTrace,
+    u: Unsettled,
+    unmoved: bool,
+    pc: u64,
+) {
     let c = &slot.counters;
-    if u.deferred && StopRegisters::of(uc).same_place(&u.from) {
+    if unmoved {
         discard_unvalidated(t);
         Counters::bump(&c.segments_unsettled);
         close_open_trace(t, c, TraceEnd::Aborted(AbortReason::CheckpointUnreached));
-    } else if u.runs != wrap::runs() || wrap::is_entering(uc.rip()) {
+    } else if u.runs != wrap::runs() || wrap::is_entering(pc) {
         // A handler ran, or the sample came as one was entered: the
         // kernel had set its frame up over the thread's state, and it
         // would run next.
         discard_unvalidated(t);
         close_open_trace(t, c, TraceEnd::Aborted(AbortReason::SignalHandler));
     } else {
-        t.committed = None;
         Counters::bump(&c.segments_settled);
-        Counters::add(&c.entries_recorded, (u.validated + u.proven) as u64);
-        Counters::add(&c.validated_entries, u.validated as u64);
-        Counters::add(&c.proven_entries, u.proven as u64);
-        if u.tail {
-            Counters::bump(&c.proven_tails);
-        }
-        record_values(t, c, u.steps);
+        keep_segment(t, c, u.validated, u.proven, u.tail, u.steps);
         close_open_trace(t, c, u.end);
     }
     make_room(tracer, slot, t);
@@ -496,39 +514,34 @@ fn advance(
     // wrapped handlers could have run in it, holds only if none did.
     let runs = (emu.ran_quiet() && wrap::any_wrapped()).then_some(runs);
     let (at, awaiting) = match outcome {
-        Outcome::Segment(seg) if seg.proven && runs.is_some() => {
-            let end = proven_end(seg.end);
-            // Exact unless a handler runs before the thread is past it:
-            // the thread's next sample settles it (`settle`).
-            Counters::bump(&c.segments);
-            Counters::bump(&c.segments_proven);
-            Counters::add(&c.emulated_steps, seg.steps as u64);
-            hold_unsettled(
-                t,
-                Unsettled {
-                    runs: runs.unwrap_or_default(),
-                    validated: 0,
-                    proven: seg.entries,
-                    steps: seg.steps,
-                    tail: false,
-                    end,
-                    from,
-                    deferred: false,
-                },
-            );
-            return;
-        }
         Outcome::Segment(seg) if seg.proven => {
             // Exact without a check (see `Segment::proven`): the trace
-            // ends, with no breakpoint at all.
+            // ends, with no breakpoint at all; where wrapped handlers
+            // could have run in it, once the thread's next sample settles
+            // it (`settle`).
             Counters::bump(&c.segments);
             Counters::bump(&c.segments_proven);
             Counters::add(&c.emulated_steps, seg.steps as u64);
-            Counters::add(&c.entries_recorded, seg.entries as u64);
-            Counters::add(&c.proven_entries, seg.entries as u64);
-            t.committed = None;
-            record_values(t, c, seg.steps);
-            end_trace(tracer, slot, t, proven_end(seg.end));
+            let end = proven_end(seg.end);
+            match runs {
+                Some(runs) => hold_unsettled(
+                    t,
+                    Unsettled {
+                        runs,
+                        validated: 0,
+                        proven: seg.entries,
+                        steps: seg.steps,
+                        tail: false,
+                        end,
+                        from,
+                        deferred: false,
+                    },
+                ),
+                None => {
+                    keep_segment(t, c, 0, seg.entries, false, seg.steps);
+                    end_trace(tracer, slot, t, end);
+                }
+            }
             return;
         }
         Outcome::Segment(seg) => {
