@@ -448,10 +448,10 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
     }
 }
 
-/// slow_trace.c run with `args` under the tracer (emulate mode, 512
+/// slow_trace.c run with `args` under the tracer (emulate mode, `lbr`
 /// branches, 1 ms), after a native run: the same behaviour, counters that
 /// reconcile and valid traces. None without clang.
-fn slow_trace(args: &[&str]) -> Option<Recording> {
+fn slow_trace(lbr: &str, args: &[&str]) -> Option<Recording> {
     let tracer = tracer();
     let clang = tool("clang-19")?;
     let dir = Scratch::new(&format!("slow_trace-{}", args.join("-")));
@@ -469,7 +469,7 @@ fn slow_trace(args: &[&str]) -> Option<Recording> {
         &tracer,
         &out,
         1_000_000,
-        &["--lookahead", "emulate", "--lbr", "512"],
+        &["--lookahead", "emulate", "--lbr", lbr],
         &binary,
         args,
         &[],
@@ -491,7 +491,7 @@ fn slow_trace(args: &[&str]) -> Option<Recording> {
 /// limit with every entry it proved (`lookahead_limit`), with no stop.
 #[test]
 fn a_proven_stretch_short_of_its_branches_is_kept_whole() {
-    let Some(rec) = slow_trace(&["200", "quiet"]) else {
+    let Some(rec) = slow_trace("512", &["200", "quiet"]) else {
         return;
     };
     let s = &rec.summary;
@@ -528,8 +528,8 @@ fn a_proven_stretch_short_of_its_branches_is_kept_whole() {
 /// slow_trace.c: a loop the emulation follows only a little at a time in a
 /// noisy process (a run of register-only steps past a segment's step
 /// limit, then a read of memory another thread could change). Each segment
-/// keeps one iteration of the few it ran, with a stop, and 512 branches
-/// take more CPU than a trace may cost. Before the cap, the loop of an
+/// keeps one iteration of the few it ran, with a stop, and 4096 branches
+/// take several times more CPU than a trace may cost. Before the cap, the loop of an
 /// earlier version of the program ran more than 100 times slower (over 2
 /// minutes for a 0.2 s run), the watchdog giving up nearly every trace.
 /// It runs for 200 ms of its CPU, so that the traces taken do not depend
@@ -538,9 +538,11 @@ fn a_proven_stretch_short_of_its_branches_is_kept_whole() {
 /// (none does without it).
 #[test]
 fn a_trace_that_advances_slowly_is_ended_by_its_budget() {
-    // No trace gets its 512 branches here: each ends by the cap, with the
-    // entries validated so far.
-    let Some(rec) = slow_trace(&["200"]) else {
+    // No trace gets its 4096 branches here: each ends by the cap, with the
+    // entries validated so far. (On the 2-core guest a trace gets 350–640
+    // of them in the 1 ms it may cost: the cap ends them on a machine
+    // several times faster too.)
+    let Some(rec) = slow_trace("4096", &["200"]) else {
         return;
     };
     let s = &rec.summary;
