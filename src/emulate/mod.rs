@@ -95,11 +95,12 @@ pub struct SpecMemory {
     /// The executable range last found, and the table generation it was
     /// found in: most lookups fall in the same module.
     last_range: (u64, u64, u32),
-    /// The last answer of the immutable-memory table, as (immutable,
-    /// start, end, table version): most loads fall in the same stretch.
-    last_immutable: (bool, u64, u64, u32),
+    /// The last answers of the immutable-memory table: a step's loads
+    /// alternate between a few stretches (the stack, the heap, a module's
+    /// constants).
+    last_immutable: Stretches,
     /// As `last_immutable`, for the private writable ranges.
-    last_private: (bool, u64, u64, u32),
+    last_private: Stretches,
     /// The process was quiet when the run began (see [`crate::quiet`]):
     /// its private memory changes only by the thread's own stores.
     quiet: bool,
@@ -276,26 +277,63 @@ impl x86_sem::Memory for SpecMemory {
 /// end) of the range or gap holding it.
 type StretchLookup = fn(&ExecMap, u64) -> Option<(bool, u64, u64)>;
 
+/// Stretches of the address space a table of the [`ExecMap`] answered
+/// for, as (inside a range, start, end), valid for the table's version
+/// `version`: a small cache, direct-mapped by the address's 2 MiB region.
+/// A segment's loads alternate between a few stretches (the stack, the
+/// heap, a module's constants): with only the last stretch remembered,
+/// each change of stretch cost a binary search of the table.
+#[derive(Clone, Copy)]
+struct Stretches {
+    found: [(bool, u64, u64); STRETCHES],
+    version: u32,
+}
+
+/// Entries of a [`Stretches`] cache.
+const STRETCHES: usize = 8;
+
+impl Stretches {
+    /// Nothing remembered (start and end 0 hold no address).
+    const EMPTY: Stretches = Stretches {
+        found: [(false, 0, 0); STRETCHES],
+        version: u32::MAX,
+    };
+
+    /// The entry `addr` goes in.
+    #[inline(always)]
+    fn slot(addr: u64) -> usize {
+        ((addr >> 21) ^ (addr >> 33)) as usize % STRETCHES
+    }
+}
+
 /// Whether `[addr, end)` lies in one range of a table of `exec` that
-/// `lookup` reads, answered from `cache` (the stretch last looked up and
-/// the table's version then) while it holds `addr`.
+/// `lookup` reads, answered from `cache` where its entry for `addr` holds
+/// it.
 #[inline]
 fn in_stretch(
-    cache: &mut (bool, u64, u64, u32),
+    cache: &mut Stretches,
     exec: &ExecMap,
     addr: u64,
     end: u64,
     lookup: StretchLookup,
 ) -> bool {
     let current = exec.version();
-    let (inside, start, stretch_end, version) = *cache;
-    if version == current && addr >= start && addr < stretch_end {
-        return inside && end <= stretch_end;
+    let i = Stretches::slot(addr);
+    if cache.version == current {
+        let (inside, start, stretch_end) = cache.found[i];
+        if addr >= start && addr < stretch_end {
+            return inside && end <= stretch_end;
+        }
+    } else {
+        *cache = Stretches {
+            version: current,
+            ..Stretches::EMPTY
+        };
     }
     let Some((inside, start, stretch_end)) = lookup(exec, addr) else {
         return false;
     };
-    *cache = (inside, start, stretch_end, current);
+    cache.found[i] = (inside, start, stretch_end);
     inside && end <= stretch_end
 }
 
@@ -596,8 +634,8 @@ impl Emulator {
                 live: LiveMemory::new(),
                 exec,
                 last_range: (0, 0, 0),
-                last_immutable: (false, 0, 0, u32::MAX),
-                last_private: (false, 0, 0, u32::MAX),
+                last_immutable: Stretches::EMPTY,
+                last_private: Stretches::EMPTY,
                 quiet: false,
                 rseq_area: (0, 0),
                 heap: (0, 0),
@@ -1492,4 +1530,59 @@ pub enum Validation {
     Match,
     Registers,
     Memory,
+}
+
+#[cfg(test)]
+mod stretch_tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        static LOOKUPS: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// A table of stretches of 1 MiB, every other one inside; counts the
+    /// lookups.
+    fn lookup(_: &ExecMap, addr: u64) -> Option<(bool, u64, u64)> {
+        LOOKUPS.with(|n| n.set(n.get() + 1));
+        let start = addr & !((1 << 20) - 1);
+        Some((inside(addr), start, start + (1 << 20)))
+    }
+
+    fn inside(addr: u64) -> bool {
+        (addr >> 20) % 2 == 0
+    }
+
+    #[test]
+    fn stretches_in_turn_are_looked_up_once_each() {
+        let exec = ExecMap::new();
+        let mut cache = Stretches::EMPTY;
+        // The stack, the heap and a module's constants, in turn, as a
+        // loop's loads go (regions whose slots differ).
+        let at = [0x7ffc_0000_0000u64, 0x5555_5570_0000, 0x7f00_1240_0000];
+        assert_eq!(
+            at.iter()
+                .map(|&a| Stretches::slot(a))
+                .collect::<std::collections::HashSet<_>>()
+                .len(),
+            3
+        );
+        for round in 0..10u64 {
+            for &a in &at {
+                let addr = a + 8 * round;
+                assert_eq!(
+                    in_stretch(&mut cache, &exec, addr, addr + 8, lookup),
+                    inside(addr)
+                );
+                // Past the stretch's end: never inside.
+                let end = (addr | ((1 << 20) - 1)) + 1;
+                assert!(!in_stretch(&mut cache, &exec, end - 4, end + 4, lookup));
+            }
+        }
+        assert_eq!(LOOKUPS.with(Cell::get), 3);
+        // A new version of the table: looked up again.
+        exec.update(&crate::exec_map::MemoryLayout::default());
+        assert!(in_stretch(&mut cache, &exec, at[0], at[0] + 8, lookup) == inside(at[0]));
+        assert_eq!(LOOKUPS.with(Cell::get), 4);
+    }
 }
