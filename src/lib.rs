@@ -51,6 +51,8 @@ pub mod exec_map;
 pub mod host;
 pub mod modules;
 pub mod output;
+#[cfg(feature = "paired")]
+pub mod paired;
 pub mod panic;
 pub mod quiet;
 pub mod sync;

@@ -584,6 +584,11 @@ fn write(state: &mut ControlState, u: Unwritten) -> Result<String, StopError> {
             census!(
                 let _ = std::fs::write(u.report.output_dir.join("census.txt"), crate::census::report());
             );
+            #[cfg(feature = "paired")]
+            let _ = std::fs::write(
+                u.report.output_dir.join("paired.txt"),
+                crate::paired::report(),
+            );
             Ok(summary)
         }
         Err(e) => {

@@ -78,6 +78,22 @@ const RED_ZONE: u64 = 128;
 /// a stack without a guard page.
 const DEAD_STACK: u64 = 64 * 1024;
 
+/// Whether the code under test takes its new path: in a paired build
+/// (`--features paired`, see `crate::paired`) half the timed passes; in
+/// any other build never (a constant, so the old path compiles away).
+#[inline(always)]
+#[allow(dead_code)]
+pub(crate) fn variant() -> bool {
+    #[cfg(feature = "paired")]
+    {
+        crate::paired::variant()
+    }
+    #[cfg(not(feature = "paired"))]
+    {
+        false
+    }
+}
+
 /// The thread's real memory, read through the fault-safe load.
 struct RealMemory;
 

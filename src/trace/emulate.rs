@@ -53,6 +53,11 @@ pub(crate) const MEASURE_OFF: u8 = 0;
 pub(crate) const MEASURE_SAMPLE_ONLY: u8 = 1;
 /// Samples emulate one segment into a counting sink, and arm nothing.
 pub(crate) const MEASURE_EMULATE_ONLY: u8 = 2;
+/// A paired build (`--features paired`): samples emulate one segment four
+/// times, the two versions of the code under test cold and warm
+/// (`crate::paired`), and arm nothing.
+#[cfg(feature = "paired")]
+pub(crate) const MEASURE_EMULATE_PAIRED: u8 = 3;
 
 /// The sink of `MEASURE_EMULATE_ONLY`: counts, keeps nothing.
 struct CountingSink(usize);
@@ -124,6 +129,24 @@ fn measure_sample(
             let resumed = emu.state_mut().rflags & context::RF != 0;
             let lbr = tracer.lbr.load(Ordering::Relaxed);
             let _ = run_counted(emu, &mut CountingSink(0), lbr, resumed, c);
+        }
+    }
+    #[cfg(feature = "paired")]
+    if MEASURE.load(Ordering::Relaxed) == MEASURE_EMULATE_PAIRED
+        && super::pools::take(&tracer.states, t, needs)
+    {
+        if let Some(emu) = t.emu.as_mut() {
+            let lbr = tracer.lbr.load(Ordering::Relaxed);
+            crate::paired::sample(|| {
+                context::read(uc.raw(), emu.state_mut());
+                emu.begin_trace();
+                let resumed = emu.state_mut().rflags & context::RF != 0;
+                let e0 = sys::raw::clock_ns();
+                let _ = emu.run(&mut CountingSink(0), lbr, resumed);
+                let ns = sys::raw::clock_ns().saturating_sub(e0);
+                let _ = emu.take_decodes();
+                (ns, emu.take_steps_run().0)
+            });
         }
     }
     rearm_sampling(t);

@@ -655,12 +655,15 @@ pub fn forget_parent_threads(tracer: &Tracer) {
 }
 
 /// Sets what samples do from `BREAKDANCE_MEASURE` (bench-harness only; see
-/// `emulate::MEASURE`): `sample-only`, `emulate-only`, or anything else for
-/// tracing as usual. Emulate mode only.
+/// `emulate::MEASURE`): `sample-only`, `emulate-only`, `emulate-paired` in
+/// a paired build (`crate::paired`), or anything else for tracing as usual.
+/// Emulate mode only.
 pub(crate) fn set_measure(value: Option<&str>) {
     let m = match value {
         Some("sample-only") => emulate::MEASURE_SAMPLE_ONLY,
         Some("emulate-only") => emulate::MEASURE_EMULATE_ONLY,
+        #[cfg(feature = "paired")]
+        Some("emulate-paired") => emulate::MEASURE_EMULATE_PAIRED,
         _ => emulate::MEASURE_OFF,
     };
     emulate::MEASURE.store(m, std::sync::atomic::Ordering::Relaxed);
