@@ -5,7 +5,7 @@
 //! instruction in five afresh with a 4096-entry cache per thread, and that
 //! cache (512 KiB a thread) was cold in the CPU's caches at every sample,
 //! since the application runs between samples. Here one process-wide
-//! table holds every instruction any handler decoded, as 56-byte records in
+//! table holds every instruction any handler decoded, as 48-byte records in
 //! the order they were decoded, so that a block's instructions lie next to
 //! each other and a step usually reads the line its predecessor brought in:
 //!
@@ -52,17 +52,36 @@ const NO_RECORD: u32 = u32::MAX;
 /// The generation of a table no handler may use yet.
 const NO_GENERATION: u32 = u32::MAX;
 
-/// One decoded instruction.
+/// One decoded instruction, 48 bytes.
 #[repr(C)]
 struct Record {
-    /// The instruction's address once `insn` is written (release), 0
-    /// before (no instruction starts at 0: nothing maps the zero page).
-    tag: AtomicU64,
+    /// The instruction. Its address is the record's tag (see
+    /// [`Record::tag`]): 0 until the rest is written (no instruction
+    /// starts at 0: nothing maps the zero page), then published with a
+    /// release store.
+    insn: UnsafeCell<Insn>,
     /// Record number + 1 of the instruction that followed this one last
     /// time it was not the next record (0: none); a hint, checked by the
     /// tag it names.
     taken: AtomicU32,
-    insn: UnsafeCell<Insn>,
+}
+
+// The tag is the Insn's first 8 bytes; the record packs in 48.
+const _: () = assert!(Insn::IP_OFFSET == 0 && std::mem::size_of::<Record>() == 48);
+
+impl Record {
+    /// The instruction's address as an atomic: every access to it that
+    /// may race with a handler goes through this (a reader's `&Insn` reads
+    /// it only after an acquire load here found it published, and nothing
+    /// writes it again before a reset, which runs with no handler in the
+    /// table).
+    #[inline(always)]
+    fn tag(&self) -> &AtomicU64 {
+        // SAFETY: the Insn is repr(C) with its u64 address at offset 0
+        // (asserted above), so the pointer is valid and 8-aligned for as
+        // long as `self` lives; see above for why no access races.
+        unsafe { AtomicU64::from_ptr(self.insn.get().cast::<u64>()) }
+    }
 }
 
 /// The process's decoded code: see the module doc.
@@ -142,10 +161,10 @@ impl SharedCode {
                 return None;
             }
             census!(crate::census::touch(
-                &self.records[v as usize - 1].tag,
+                self.records[v as usize - 1].tag(),
                 crate::census::Part::Code
             ));
-            if self.records[v as usize - 1].tag.load(Ordering::Acquire) == ip {
+            if self.records[v as usize - 1].tag().load(Ordering::Acquire) == ip {
                 return Some(v - 1);
             }
         }
@@ -165,11 +184,11 @@ impl SharedCode {
     #[inline(always)]
     fn holds(&self, n: u32, ip: u64) -> bool {
         census!(if let Some(r) = self.records.get(n as usize) {
-            crate::census::touch(&r.tag, crate::census::Part::Code);
+            crate::census::touch(r.tag(), crate::census::Part::Code);
         });
         self.records
             .get(n as usize)
-            .is_some_and(|r| r.tag.load(Ordering::Acquire) == ip)
+            .is_some_and(|r| r.tag().load(Ordering::Acquire) == ip)
     }
 
     /// Decodes the instruction at `ip` into a new record and publishes it;
@@ -187,9 +206,15 @@ impl SharedCode {
         };
         // SAFETY: record `n` is this handler's alone (the number came from
         // `next`), unpublished (tag 0), and no reader trusts it before the
-        // release store of its tag below.
-        unsafe { *record.insn.get() = insn };
-        record.tag.store(ip, Ordering::Release);
+        // release store of its tag below. Everything but the tag (the
+        // first 8 bytes) is copied plainly: readers may load the tag
+        // meanwhile, atomically.
+        unsafe {
+            let from = std::ptr::from_ref(&insn).cast::<u8>();
+            let to = record.insn.get().cast::<u8>();
+            std::ptr::copy_nonoverlapping(from.add(8), to.add(8), std::mem::size_of::<Insn>() - 8);
+        }
+        record.tag().store(ip, Ordering::Release);
         let home = Self::home(ip);
         for p in 0..PROBES {
             let slot = &self.index[(home + p) & (INDEX_SLOTS - 1)];
@@ -261,7 +286,7 @@ impl SharedCode {
             slot.store(0, Ordering::Relaxed);
         }
         for r in &s.records[..used] {
-            r.tag.store(0, Ordering::Relaxed);
+            r.tag().store(0, Ordering::Relaxed);
             r.taken.store(0, Ordering::Relaxed);
         }
         s.next.store(0, Ordering::Relaxed);

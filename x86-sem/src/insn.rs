@@ -231,6 +231,11 @@ impl Insn {
         self.ip
     }
 
+    /// Where the address lies in an `Insn` (the first field, 8 bytes): an
+    /// owner that publishes decoded instructions to other threads may use
+    /// it as the record's tag, written last with an atomic store.
+    pub const IP_OFFSET: usize = core::mem::offset_of!(Insn, ip);
+
     /// Length in bytes.
     #[must_use]
     #[inline]
