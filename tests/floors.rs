@@ -14,6 +14,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("host", 0),
     ("quiet", 0),
     ("census", 0),
+    ("paired", 0),
     ("modules", 1),
     ("exec_map", 1),
     ("buffer", 1),
