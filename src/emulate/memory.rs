@@ -369,20 +369,9 @@ impl LiveMemory {
         size: usize,
         log: bool,
     ) -> Result<(u64, bool), AccessError> {
-        let q = addr & !7;
-        let shift = 8 * (addr & 7) as u32;
         let mask = ((((1u16 << size) - 1) << (addr & 7)) & 0xff) as u8;
-        let (ov_value, ov_mask) = self.stored(q).map_or((0, 0), |s| (s.value, s.mask));
-        let from_real = mask & !ov_mask;
-        let real = if from_real == 0 {
-            0
-        } else if log {
-            self.real_qword(probe, q, from_real)?
-        } else {
-            probe.read_qword(q).ok_or(AccessError::Fault(q))?
-        };
-        let merged = (ov_value & bits(ov_mask)) | (real & !bits(ov_mask));
-        Ok(((merged & bits(mask)) >> shift, from_real != 0))
+        let (qword, real) = self.seen(probe, addr & !7, mask, log)?;
+        Ok(((qword & bits(mask)) >> (8 * (addr & 7)), real))
     }
 
     /// [`LiveMemory::load_noting`], any access: each qword it touches in
@@ -401,23 +390,39 @@ impl LiveMemory {
             if mask == 0 {
                 continue;
             }
-            let (ov_value, ov_mask) = self.stored(q).map_or((0, 0), |s| (s.value, s.mask));
-            let from_real = mask & !ov_mask;
-            let real = if from_real == 0 {
-                0
-            } else if log {
-                any_real = true;
-                self.real_qword(probe, q, from_real)?
-            } else {
-                any_real = true;
-                probe.read_qword(q).ok_or(AccessError::Fault(q))?
-            };
-            let merged = (ov_value & bits(ov_mask)) | (real & !bits(ov_mask));
-            let part = (merged & bits(mask)) >> (8 * shift);
-            value |= part << got;
+            let (qword, real) = self.seen(probe, q, mask, log)?;
+            any_real |= real;
+            value |= ((qword & bits(mask)) >> (8 * shift)) << got;
             got += 8 * mask.count_ones();
         }
         Ok((value, any_real))
+    }
+
+    /// The qword at the 8-byte-aligned `q` as the segment sees it, for a
+    /// load of its bytes `mask`: the segment's stores over real memory,
+    /// read (and logged, with `log`) only where the load needs bytes the
+    /// segment did not store; and whether it read real memory.
+    #[inline]
+    fn seen(
+        &mut self,
+        probe: &impl Probe,
+        q: u64,
+        mask: u8,
+        log: bool,
+    ) -> Result<(u64, bool), AccessError> {
+        let (ov_value, ov_mask) = self.stored(q).map_or((0, 0), |s| (s.value, s.mask));
+        let from_real = mask & !ov_mask;
+        let real = if from_real == 0 {
+            0
+        } else if log {
+            self.real_qword(probe, q, from_real)?
+        } else {
+            probe.read_qword(q).ok_or(AccessError::Fault(q))?
+        };
+        Ok((
+            (ov_value & bits(ov_mask)) | (real & !bits(ov_mask)),
+            from_real != 0,
+        ))
     }
 
     /// The qword at the 8-byte-aligned `addr` as the segment sees it now
@@ -496,42 +501,60 @@ impl LiveMemory {
             let p = match self.store_pos(q) {
                 Ok(p) => {
                     if self.must_save(p) {
-                        let s = &mut self.stores[p];
-                        s.saved = true;
-                        self.undo[self.n_undo] = Undo {
-                            pos: p as u32,
-                            value: s.value,
-                            mask: s.mask,
-                        };
-                        census!(crate::census::touch(
-                            &self.undo[self.n_undo],
-                            crate::census::Part::Memory
-                        ));
-                        self.n_undo += 1;
+                        self.save(p);
                     }
                     p
                 }
-                Err(slot) => {
-                    self.stores[self.n_stores] = Stored {
-                        addr: q,
-                        value: 0,
-                        mask: 0,
-                        saved: false,
-                    };
-                    census!(crate::census::touch(
-                        &self.stores[self.n_stores],
-                        crate::census::Part::Memory
-                    ));
-                    self.store_index.insert_at(slot, self.n_stores);
-                    self.n_stores += 1;
-                    self.n_stores - 1
-                }
+                Err(slot) => self.new_store(q, slot),
             };
-            let s = &mut self.stores[p];
-            s.value = (s.value & !bits(mask)) | (part & bits(mask));
-            s.mask |= mask;
+            self.merge_store(p, mask, part);
         }
         Ok(())
+    }
+
+    /// Keeps the sealed value of the overlay's entry `p` in the undo log
+    /// (which has room).
+    #[inline]
+    fn save(&mut self, p: usize) {
+        let s = &mut self.stores[p];
+        s.saved = true;
+        self.undo[self.n_undo] = Undo {
+            pos: p as u32,
+            value: s.value,
+            mask: s.mask,
+        };
+        census!(crate::census::touch(
+            &self.undo[self.n_undo],
+            crate::census::Part::Memory
+        ));
+        self.n_undo += 1;
+    }
+
+    /// A new, empty overlay entry for the qword at `q` (the overlay has
+    /// room), indexed at `slot`; its position.
+    #[inline]
+    fn new_store(&mut self, q: u64, slot: usize) -> usize {
+        self.stores[self.n_stores] = Stored {
+            addr: q,
+            value: 0,
+            mask: 0,
+            saved: false,
+        };
+        census!(crate::census::touch(
+            &self.stores[self.n_stores],
+            crate::census::Part::Memory
+        ));
+        self.store_index.insert_at(slot, self.n_stores);
+        self.n_stores += 1;
+        self.n_stores - 1
+    }
+
+    /// Writes the bytes `mask` of `part` into the overlay's entry `p`.
+    #[inline]
+    fn merge_store(&mut self, p: usize, mask: u8, part: u64) {
+        let s = &mut self.stores[p];
+        s.value = (s.value & !bits(mask)) | (part & bits(mask));
+        s.mask |= mask;
     }
 
     /// [`LiveMemory::store`] of bytes within one qword (nearly every
@@ -544,51 +567,20 @@ impl LiveMemory {
         let p = match self.store_pos(q) {
             Ok(p) => {
                 if self.must_save(p) {
-                    if self.n_undo == UNDO_ENTRIES {
-                        if !self.soft {
-                            return Err(AccessError::LogFull);
-                        }
+                    if self.n_undo < UNDO_ENTRIES {
+                        self.save(p);
+                    } else if self.soft {
                         self.unseal();
                     } else {
-                        let s = &mut self.stores[p];
-                        s.saved = true;
-                        self.undo[self.n_undo] = Undo {
-                            pos: p as u32,
-                            value: s.value,
-                            mask: s.mask,
-                        };
-                        census!(crate::census::touch(
-                            &self.undo[self.n_undo],
-                            crate::census::Part::Memory
-                        ));
-                        self.n_undo += 1;
+                        return Err(AccessError::LogFull);
                     }
                 }
                 p
             }
-            Err(slot) => {
-                if self.n_stores == OVERLAY_ENTRIES {
-                    return Err(AccessError::LogFull);
-                }
-                self.stores[self.n_stores] = Stored {
-                    addr: q,
-                    value: 0,
-                    mask: 0,
-                    saved: false,
-                };
-                census!(crate::census::touch(
-                    &self.stores[self.n_stores],
-                    crate::census::Part::Memory
-                ));
-                self.store_index.insert_at(slot, self.n_stores);
-                self.n_stores += 1;
-                self.n_stores - 1
-            }
+            Err(_) if self.n_stores == OVERLAY_ENTRIES => return Err(AccessError::LogFull),
+            Err(slot) => self.new_store(q, slot),
         };
-        let part = value << (8 * shift);
-        let s = &mut self.stores[p];
-        s.value = (s.value & !bits(mask)) | (part & bits(mask));
-        s.mask |= mask;
+        self.merge_store(p, mask, value << (8 * shift));
         Ok(())
     }
 
