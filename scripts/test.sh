@@ -20,8 +20,10 @@ echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --release -- -D warnings
-# The measurement build that counts the handler's working set (census).
+# The measurement builds: the handler's working set (census) and the
+# paired timing (paired).
 cargo clippy -p breakdance --lib --tests --release --features census -- -D warnings
+cargo clippy -p breakdance --lib --tests --release --features paired -- -D warnings
 echo "== cargo build --release" >&2
 cargo build --release --workspace
 echo "== cargo test --release --no-fail-fast" >&2
