@@ -182,6 +182,14 @@ fn chunks(addr: u64, size: usize) -> [(u64, u8, u32); 2] {
     [(q0, mask0, off), (q0.wrapping_add(8), mask1, 0)]
 }
 
+/// The byte mask, within its qword, of an access of `size` bytes at `addr`
+/// that does not cross into the next qword.
+#[inline(always)]
+fn within_mask(addr: u64, size: usize) -> u8 {
+    debug_assert!((addr & 7) as usize + size <= 8);
+    ((((1u16 << size) - 1) << (addr & 7)) & 0xff) as u8
+}
+
 /// Spreads a byte mask to a bit mask: bit i of `mask` becomes byte i.
 /// Branch-free (each access runs it several times): the bits move apart
 /// in three steps, to every 32nd, 16th and 8th position, then each becomes
@@ -352,24 +360,12 @@ impl LiveMemory {
         log: bool,
     ) -> Result<(u64, bool), AccessError> {
         debug_assert!((1..=8).contains(&size));
-        if (addr & 7) as usize + size <= 8 {
-            self.load_within(probe, addr, size, log)
-        } else {
-            self.load_parts(probe, addr, size, log)
+        if (addr & 7) as usize + size > 8 {
+            return self.load_parts(probe, addr, size, log);
         }
-    }
-
-    /// [`LiveMemory::load_noting`] of bytes within one qword (nearly every
-    /// load): one look at each index, nothing to merge.
-    #[inline]
-    fn load_within(
-        &mut self,
-        probe: &impl Probe,
-        addr: u64,
-        size: usize,
-        log: bool,
-    ) -> Result<(u64, bool), AccessError> {
-        let mask = ((((1u16 << size) - 1) << (addr & 7)) & 0xff) as u8;
+        // Within one qword (nearly every load): one look at each index,
+        // nothing to merge.
+        let mask = within_mask(addr, size);
         let (qword, real) = self.seen(probe, addr & !7, mask, log)?;
         Ok(((qword & bits(mask)) >> (8 * (addr & 7)), real))
     }
@@ -562,8 +558,7 @@ impl LiveMemory {
     #[inline]
     fn store_within(&mut self, addr: u64, size: usize, value: u64) -> Result<(), AccessError> {
         let q = addr & !7;
-        let shift = (addr & 7) as u32;
-        let mask = ((((1u16 << size) - 1) << shift) & 0xff) as u8;
+        let mask = within_mask(addr, size);
         let p = match self.store_pos(q) {
             Ok(p) => {
                 if self.must_save(p) {
@@ -580,7 +575,7 @@ impl LiveMemory {
             Err(_) if self.n_stores == OVERLAY_ENTRIES => return Err(AccessError::LogFull),
             Err(slot) => self.new_store(q, slot),
         };
-        self.merge_store(p, mask, value << (8 * shift));
+        self.merge_store(p, mask, value << (8 * (addr & 7)));
         Ok(())
     }
 

@@ -1598,7 +1598,10 @@ mod stretch_tests {
         assert_eq!(LOOKUPS.with(Cell::get), 3);
         // A new version of the table: looked up again.
         exec.update(&crate::exec_map::MemoryLayout::default());
-        assert!(in_stretch(&mut cache, &exec, at[0], at[0] + 8, lookup) == inside(at[0]));
+        assert_eq!(
+            in_stretch(&mut cache, &exec, at[0], at[0] + 8, lookup),
+            inside(at[0])
+        );
         assert_eq!(LOOKUPS.with(Cell::get), 4);
     }
 }
