@@ -458,6 +458,27 @@ fn settle(
     make_room(tracer, slot, t);
 }
 
+/// Settles the open trace's unsettled last segment (if any) when the
+/// thread is known to be past it without a sample: it is gone (it ended
+/// by its own exit system call, and a segment holds none), or it is the
+/// thread calling here, outside any handler of ours (the library's code
+/// is in no traced module, so a segment ends before it). The segment's
+/// entries are kept unless a wrapped handler ran since it began; the trace
+/// closes as the segment ended it. The caller then closes the slot.
+pub(super) fn settle_passed(t: &mut ThreadTrace, c: &Counters) {
+    let Some(u) = t.unsettled.take() else {
+        return;
+    };
+    if u.runs == wrap::runs() {
+        Counters::bump(&c.segments_settled);
+        keep_segment(t, c, u.validated, u.proven, u.tail, u.steps);
+        close_open_trace(t, c, u.end);
+    } else {
+        discard_unvalidated(t);
+        close_open_trace(t, c, TraceEnd::Aborted(AbortReason::SignalHandler));
+    }
+}
+
 /// Whether the handlers have spent more CPU on the open trace than it may
 /// cost: half the sampling period, and at least [`MIN_TRACE_BUDGET_NS`]
 /// (5 ms with a frequency, which sets no period). A trace costs a few

@@ -125,6 +125,10 @@ pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Cl
     }
     // SAFETY: take_for_close made us the holder.
     let t = unsafe { slot.inner() };
+    if reason == AbortReason::ThreadExit || slot.tid() == sys::gettid() {
+        // The thread is past its last segment: gone, or running this.
+        super::emulate::settle_passed(t, &slot.counters);
+    }
     super::ends::close_open_trace(t, &slot.counters, TraceEnd::Aborted(reason));
     // Closing the fds disables both events.
     tracer.fd_lock.with(|_| {
