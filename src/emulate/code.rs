@@ -5,7 +5,7 @@
 //! instruction in five afresh with a 4096-entry cache per thread, and that
 //! cache (512 KiB a thread) was cold in the CPU's caches at every sample,
 //! since the application runs between samples. Here one process-wide
-//! table holds every instruction any handler decoded, as 48-byte records in
+//! table holds every instruction any handler decoded, as 32-byte records in
 //! the order they were decoded, so that a block's instructions lie next to
 //! each other and a step usually reads the line its predecessor brought in:
 //!
@@ -45,29 +45,26 @@ const INDEX_SLOTS: usize = 2 * RECORDS;
 /// Slots the index probes from an address's home before giving up.
 const PROBES: usize = 8;
 /// Entries of each thread's private cache, used while the shared table is
-/// closed or stale (40 bytes each).
+/// closed or stale (32 bytes each).
 pub const PRIVATE_ENTRIES: usize = 256;
 /// No current record.
 const NO_RECORD: u32 = u32::MAX;
 /// The generation of a table no handler may use yet.
 const NO_GENERATION: u32 = u32::MAX;
 
-/// One decoded instruction, 48 bytes.
-#[repr(C)]
+/// One decoded instruction, 32 bytes, aligned to 32: two to a cache line,
+/// never split between two.
+#[repr(C, align(32))]
 struct Record {
     /// The instruction. Its address is the record's tag (see
     /// [`Record::tag`]): 0 until the rest is written (no instruction
     /// starts at 0: nothing maps the zero page), then published with a
     /// release store.
     insn: UnsafeCell<Insn>,
-    /// Record number + 1 of the instruction that followed this one last
-    /// time it was not the next record (0: none); a hint, checked by the
-    /// tag it names.
-    taken: AtomicU32,
 }
 
-// The tag is the Insn's first 8 bytes; the record packs in 48.
-const _: () = assert!(Insn::IP_OFFSET == 0 && std::mem::size_of::<Record>() == 48);
+// The tag is the Insn's first 8 bytes; the record is the Insn alone.
+const _: () = assert!(Insn::IP_OFFSET == 0 && std::mem::size_of::<Record>() == 32);
 
 impl Record {
     /// The instruction's address as an atomic: every access to it that
@@ -87,6 +84,11 @@ impl Record {
 /// The process's decoded code: see the module doc.
 pub struct SharedCode {
     records: Box<[Record]>,
+    /// Per record: record number + 1 of the instruction that followed it
+    /// last time that was not the next record (0: none); a hint, checked
+    /// by the tag it names. Apart from the records, which do not change
+    /// once published; in record order, so a block's hints share a line.
+    taken: Box<[AtomicU32]>,
     /// Record number + 1, 0 for an empty slot.
     index: Box<[AtomicU32]>,
     /// Records handed out (may pass `RECORDS` by the failed claims).
@@ -132,6 +134,8 @@ impl SharedCode {
             // SAFETY: a zero Record is an empty one: atomics at 0, and an
             // Insn of zero bytes (Code 0 is INVALID; every field is plain).
             records: unsafe { zeroed_slice::<Record>(RECORDS) },
+            // SAFETY: a zero AtomicU32 is 0.
+            taken: unsafe { zeroed_slice::<AtomicU32>(RECORDS) },
             // SAFETY: a zero AtomicU32 is 0.
             index: unsafe { zeroed_slice::<AtomicU32>(INDEX_SLOTS) },
             next: AtomicU32::new(0),
@@ -287,7 +291,9 @@ impl SharedCode {
         }
         for r in &s.records[..used] {
             r.tag().store(0, Ordering::Relaxed);
-            r.taken.store(0, Ordering::Relaxed);
+        }
+        for t in &s.taken[..used] {
+            t.store(0, Ordering::Relaxed);
         }
         s.next.store(0, Ordering::Relaxed);
         s.generation.store(generation, Ordering::Relaxed);
@@ -318,7 +324,7 @@ pub struct Code {
 }
 
 impl Code {
-    /// A thread's access (its private cache on the heap, 10 KiB).
+    /// A thread's access (its private cache on the heap, 8 KiB).
     pub fn new() -> Code {
         Code::on(shared())
     }
@@ -387,11 +393,10 @@ impl Code {
                 return Ok(Some(next));
             }
             census!(crate::census::touch(
-                &s.records[last as usize].taken,
+                &s.taken[last as usize],
                 crate::census::Part::Code
             ));
-            let hint = s.records[last as usize]
-                .taken
+            let hint = s.taken[last as usize]
                 .load(Ordering::Relaxed)
                 .wrapping_sub(1);
             if s.holds(hint, ip) {
@@ -403,9 +408,7 @@ impl Code {
             None => s.insert(ip, mem)?,
         };
         if let (true, Some(n)) = (last != NO_RECORD, found) {
-            s.records[last as usize]
-                .taken
-                .store(n + 1, Ordering::Relaxed);
+            s.taken[last as usize].store(n + 1, Ordering::Relaxed);
         }
         Ok(found)
     }
