@@ -10,11 +10,22 @@
 # directory of target/device holding libbreakdance.so and, optionally, a
 # file `env` of extra VAR=value words for its runs (the same library with
 # another option). ROUNDS (default 7) is the SQLite rounds (3 for the
-# others).
+# others). PARTS (default "sqlite others") picks what runs:
+#
+# - sqlite: speedtest1 at (32, 1 ms), (128, 3 ms), (128, 10 ms);
+# - others: qsort (1 and 16 threads), the churn of 1000 threads, and
+#   bzip2 and Lua where present;
+# - verify: the last build in verify mode (every prediction checked at a
+#   stop; the summaries count mismatches) on SQLite, bzip2 and Lua at
+#   1 ms, one run each: the core's semantics on this machine's CPU;
+# - paired: target/device/paired/libbreakdance.so, a paired build
+#   (src/paired.rs), on SQLite and Lua at (128, 3 ms), 3 runs each; its
+#   paired.txt files are copied as paired-WORKLOAD-RUN.txt.
 set -u
 D=target/device
 BUILDS=${BUILDS:-before after}
 ROUNDS=${ROUNDS:-7}
+PARTS=${PARTS:-sqlite others}
 OUT=${OUT:-$D/out}
 mkdir -p "$OUT"
 { grep -m1 'model name' /proc/cpuinfo; nproc; uname -r; ldd --version | head -1; } > "$OUT/machine.txt"
@@ -45,13 +56,49 @@ both() { # part setting round lbr period CMD...: native, then the builds in an o
     run "$part" "$setting" "$r" "${builds[$(((i + r) % ${#builds[@]}))]}" "$lbr" "$period" "${cmd[@]}"
   done
 }
-for r in $(seq 1 "$ROUNDS"); do
+has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+read -r -a all <<< "$BUILDS"
+last=${all[${#all[@]} - 1]}
+lua_args=("$D/bench.lua" train 10)
+if has verify; then
+  for w in sqlite bzip2 lua; do
+    case $w in
+      sqlite) cmd=("$D/speedtest1" --memdb --testset main --size 25) ;;
+      bzip2) cmd=("$D/bzip2" -c -9 "$D/text-train.txt") ;;
+      lua) cmd=("$D/lua" "${lua_args[@]}") ;;
+    esac
+    [ -x "${cmd[0]}" ] || continue
+    rm -rf "$OUT/tmp"
+    env BREAKDANCE_AUTOSTART=1 BREAKDANCE_EVENT=task-clock BREAKDANCE_PERIOD=1000000 \
+      BREAKDANCE_LBR=32 BREAKDANCE_LOOKAHEAD=verify BREAKDANCE_OUTPUT="$OUT/tmp" \
+      LD_PRELOAD="$PWD/$D/$last/libbreakdance.so" "${cmd[@]}" > /dev/null 2>&1
+    echo "verify $w: exit $?" >> "$OUT/verify.txt"
+    cp "$OUT/tmp/summary.json" "$OUT/verify-$w-$last.json" 2>/dev/null
+  done
+fi
+if has paired; then
+  for r in 1 2 3; do
+    for w in sqlite lua; do
+      case $w in
+        sqlite) cmd=("$D/speedtest1" --memdb --testset main --size 25) ;;
+        lua) cmd=("$D/lua" "${lua_args[@]}") ;;
+      esac
+      [ -x "${cmd[0]}" ] || continue
+      rm -rf "$OUT/tmp"
+      env BREAKDANCE_MEASURE=emulate-paired BREAKDANCE_AUTOSTART=1 BREAKDANCE_EVENT=task-clock \
+        BREAKDANCE_PERIOD=3000000 BREAKDANCE_LBR=128 BREAKDANCE_LOOKAHEAD=emulate \
+        BREAKDANCE_OUTPUT="$OUT/tmp" LD_PRELOAD="$PWD/$D/paired/libbreakdance.so" "${cmd[@]}" > /dev/null 2>&1
+      cp "$OUT/tmp/paired.txt" "$OUT/paired-$w-$r.txt" 2>/dev/null
+    done
+  done
+fi
+has sqlite && for r in $(seq 1 "$ROUNDS"); do
   for s in "32 1" "128 3" "128 10"; do
     set -- $s
     both sqlite "$1-$2ms" "$r" "$1" $(($2 * 1000000)) "$D/speedtest1" --memdb --testset main --size 25
   done
 done
-for r in 1 2 3; do
+has others && for r in 1 2 3; do
   for t in 1 16; do
     both qsort "$t-threads" "$r" 128 3000000 "$D/threads_work" "$t" 1500
   done
@@ -62,7 +109,7 @@ for r in 1 2 3; do
     both bzip2 128-3ms "$r" 128 3000000 "$D/bzip2" -c -9 "$D/text-train.txt"
   fi
   if [ -x "$D/lua" ]; then
-    both lua 128-3ms "$r" 128 3000000 "$D/lua" "$D/bench.lua" train 10
+    both lua 128-3ms "$r" 128 3000000 "$D/lua" "${lua_args[@]}"
   fi
 done
 rm -rf "$OUT/tmp"
