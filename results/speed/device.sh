@@ -21,6 +21,13 @@
 # - paired: target/device/paired/libbreakdance.so, a paired build
 #   (src/paired.rs), on SQLite and Lua at (128, 3 ms), 3 runs each; its
 #   paired.txt files are copied as paired-WORKLOAD-RUN.txt.
+# - concurrent: paired builds that differ in what a run cannot switch
+#   (a layout), compared in time: the builds named in CONCURRENT (each
+#   target/device/NAME/libbreakdance.so, a paired build) run at once,
+#   COPIES (default 4) processes each, each pinned to its own core, the
+#   cores turning from round to round, so that the machine's drift falls
+#   on all of them alike; 4 rounds of SQLite and of Lua at (128, 3 ms).
+#   Files: concurrent-NAME-WORKLOAD-ROUND-COPY.txt (paired.txt).
 set -u
 D=target/device
 BUILDS=${BUILDS:-before after}
@@ -89,6 +96,34 @@ if has paired; then
         BREAKDANCE_PERIOD=3000000 BREAKDANCE_LBR=128 BREAKDANCE_LOOKAHEAD=emulate \
         BREAKDANCE_OUTPUT="$OUT/tmp" LD_PRELOAD="$PWD/$D/paired/libbreakdance.so" "${cmd[@]}" > /dev/null 2>&1
       cp "$OUT/tmp/paired.txt" "$OUT/paired-$w-$r.txt" 2>/dev/null
+    done
+  done
+fi
+if has concurrent; then
+  read -r -a cb <<< "${CONCURRENT:-}"
+  copies=${COPIES:-4}
+  n=$((${#cb[@]} * copies))
+  for r in 1 2 3 4; do
+    for w in sqlite lua; do
+      case $w in
+        sqlite) cmd=("$D/speedtest1" --memdb --testset main --size 25) ;;
+        lua) cmd=("$D/lua" "${lua_args[@]}") ;;
+      esac
+      for ((k = 0; k < n; k++)); do
+        b=${cb[$((k % ${#cb[@]}))]} copy=$((k / ${#cb[@]}))
+        core=$(((k + r * copies) % $(nproc)))
+        rm -rf "$OUT/tmp-$k"
+        env BREAKDANCE_MEASURE=emulate-paired BREAKDANCE_AUTOSTART=1 BREAKDANCE_EVENT=task-clock \
+          BREAKDANCE_PERIOD=3000000 BREAKDANCE_LBR=128 BREAKDANCE_LOOKAHEAD=emulate \
+          BREAKDANCE_OUTPUT="$OUT/tmp-$k" LD_PRELOAD="$PWD/$D/$b/libbreakdance.so" \
+          taskset -c "$core" "${cmd[@]}" > /dev/null 2>&1 &
+      done
+      wait
+      for ((k = 0; k < n; k++)); do
+        b=${cb[$((k % ${#cb[@]}))]} copy=$((k / ${#cb[@]}))
+        cp "$OUT/tmp-$k/paired.txt" "$OUT/concurrent-$b-$w-$r-$copy.txt" 2>/dev/null
+        rm -rf "$OUT/tmp-$k"
+      done
     done
   done
 fi
