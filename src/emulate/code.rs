@@ -5,7 +5,7 @@
 //! instruction in five afresh with a 4096-entry cache per thread, and that
 //! cache (512 KiB a thread) was cold in the CPU's caches at every sample,
 //! since the application runs between samples. Here one process-wide
-//! table holds every instruction any handler decoded, as 32-byte records in
+//! table holds every instruction any handler decoded, as 48-byte records in
 //! the order they were decoded, so that a block's instructions lie next to
 //! each other and a step usually reads the line its predecessor brought in:
 //!
@@ -45,26 +45,29 @@ const INDEX_SLOTS: usize = 2 * RECORDS;
 /// Slots the index probes from an address's home before giving up.
 const PROBES: usize = 8;
 /// Entries of each thread's private cache, used while the shared table is
-/// closed or stale (32 bytes each).
+/// closed or stale (40 bytes each).
 pub const PRIVATE_ENTRIES: usize = 256;
 /// No current record.
 const NO_RECORD: u32 = u32::MAX;
 /// The generation of a table no handler may use yet.
 const NO_GENERATION: u32 = u32::MAX;
 
-/// One decoded instruction, 32 bytes, aligned to 32: two to a cache line,
-/// never split between two.
-#[repr(C, align(32))]
+/// One decoded instruction, 48 bytes.
+#[repr(C)]
 struct Record {
     /// The instruction. Its address is the record's tag (see
     /// [`Record::tag`]): 0 until the rest is written (no instruction
     /// starts at 0: nothing maps the zero page), then published with a
     /// release store.
     insn: UnsafeCell<Insn>,
+    /// Record number + 1 of the instruction that followed this one last
+    /// time it was not the next record (0: none); a hint, checked by the
+    /// tag it names.
+    taken: AtomicU32,
 }
 
-// The tag is the Insn's first 8 bytes; the record is the Insn alone.
-const _: () = assert!(Insn::IP_OFFSET == 0 && std::mem::size_of::<Record>() == 32);
+// The tag is the Insn's first 8 bytes; the record packs in 48.
+const _: () = assert!(Insn::IP_OFFSET == 0 && std::mem::size_of::<Record>() == 48);
 
 impl Record {
     /// The instruction's address as an atomic: every access to it that
@@ -81,69 +84,9 @@ impl Record {
     }
 }
 
-/// The records' storage, aligned to 32 bytes by hand inside a zeroed
-/// allocation of `u64`s. `alloc_zeroed` with the records' own alignment
-/// (above 16) takes the allocator's aligned path, which writes the zeros
-/// itself: every page of the table touched at start (2 MiB of RSS and 512
-/// page faults in each process); a plain zeroed allocation of this size
-/// comes from mmap already zero, and a page is touched only when a record
-/// in it is.
-struct Records {
-    /// The first record (32-aligned) and the count.
-    base: std::ptr::NonNull<Record>,
-    len: usize,
-    /// The allocation, given back on drop.
-    alloc: std::ptr::NonNull<[u64]>,
-}
-
-// SAFETY: `Records` owns its allocation; what is shared through it is
-// the `Record`s, which `SharedCode` guards (its `Sync` below).
-unsafe impl Send for Records {}
-// SAFETY: as above.
-unsafe impl Sync for Records {}
-
-impl Records {
-    fn new(len: usize) -> Records {
-        let words = len * std::mem::size_of::<Record>() / 8 + 3;
-        // SAFETY: zero bytes are a valid u64.
-        let alloc = unsafe { zeroed_slice::<u64>(words) };
-        let alloc = std::ptr::NonNull::from(Box::leak(alloc));
-        let first = alloc.cast::<u64>();
-        let skip = (32 - first.as_ptr() as usize % 32) % 32 / 8;
-        // SAFETY: skip ≤ 3 words of the 3 spare ones.
-        let base = unsafe { first.add(skip) }.cast::<Record>();
-        Records { base, len, alloc }
-    }
-}
-
-impl std::ops::Deref for Records {
-    type Target = [Record];
-    #[inline(always)]
-    fn deref(&self) -> &[Record] {
-        // SAFETY: `base` is 32-aligned with `len` records' bytes after it
-        // inside the allocation (3 spare words cover the skip); a zero
-        // Record is a valid empty one (see `SharedCode::new`), and all
-        // access to them is through this shared slice (their insn in
-        // UnsafeCell, written as the module doc says).
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for Records {
-    fn drop(&mut self) {
-        // SAFETY: made by Box::leak in `new`, dropped once.
-        drop(unsafe { Box::from_raw(self.alloc.as_ptr()) });
-    }
-}
-
 /// The process's decoded code: see the module doc.
 pub struct SharedCode {
-    records: Records,
-    /// Per record: record number + 1 of the instruction that followed it
-    /// last time that was not the next record (0: none); a hint, checked
-    /// by the tag it names. Apart from the records, which do not change
-    /// once published; in record order, so a block's hints share a line.
-    taken: Box<[AtomicU32]>,
+    records: Box<[Record]>,
     /// Record number + 1, 0 for an empty slot.
     index: Box<[AtomicU32]>,
     /// Records handed out (may pass `RECORDS` by the failed claims).
@@ -186,11 +129,9 @@ unsafe fn zeroed_slice<T>(n: usize) -> Box<[T]> {
 impl SharedCode {
     fn new() -> SharedCode {
         SharedCode {
-            // A zero Record is an empty one: tag 0, and an Insn of zero
-            // bytes (Code 0 is INVALID; every field is plain).
-            records: Records::new(RECORDS),
-            // SAFETY: a zero AtomicU32 is 0.
-            taken: unsafe { zeroed_slice::<AtomicU32>(RECORDS) },
+            // SAFETY: a zero Record is an empty one: atomics at 0, and an
+            // Insn of zero bytes (Code 0 is INVALID; every field is plain).
+            records: unsafe { zeroed_slice::<Record>(RECORDS) },
             // SAFETY: a zero AtomicU32 is 0.
             index: unsafe { zeroed_slice::<AtomicU32>(INDEX_SLOTS) },
             next: AtomicU32::new(0),
@@ -346,9 +287,7 @@ impl SharedCode {
         }
         for r in &s.records[..used] {
             r.tag().store(0, Ordering::Relaxed);
-        }
-        for t in &s.taken[..used] {
-            t.store(0, Ordering::Relaxed);
+            r.taken.store(0, Ordering::Relaxed);
         }
         s.next.store(0, Ordering::Relaxed);
         s.generation.store(generation, Ordering::Relaxed);
@@ -379,7 +318,7 @@ pub struct Code {
 }
 
 impl Code {
-    /// A thread's access (its private cache on the heap, 8 KiB).
+    /// A thread's access (its private cache on the heap, 10 KiB).
     pub fn new() -> Code {
         Code::on(shared())
     }
@@ -448,10 +387,11 @@ impl Code {
                 return Ok(Some(next));
             }
             census!(crate::census::touch(
-                &s.taken[last as usize],
+                &s.records[last as usize].taken,
                 crate::census::Part::Code
             ));
-            let hint = s.taken[last as usize]
+            let hint = s.records[last as usize]
+                .taken
                 .load(Ordering::Relaxed)
                 .wrapping_sub(1);
             if s.holds(hint, ip) {
@@ -463,7 +403,9 @@ impl Code {
             None => s.insert(ip, mem)?,
         };
         if let (true, Some(n)) = (last != NO_RECORD, found) {
-            s.taken[last as usize].store(n + 1, Ordering::Relaxed);
+            s.records[last as usize]
+                .taken
+                .store(n + 1, Ordering::Relaxed);
         }
         Ok(found)
     }
@@ -557,39 +499,6 @@ mod tests {
                 ip += insn.len() as u64;
             }
         }
-    }
-
-    /// The records are 32-aligned (two to a cache line, none split), and
-    /// making the table touches none of its pages: they are resident only
-    /// once records are written there (mincore).
-    #[test]
-    fn records_are_aligned_and_untouched_until_used() {
-        let table = SharedCode::new();
-        let records = &*table.records;
-        assert_eq!(records.as_ptr() as usize % 32, 0);
-        assert_eq!(records.len(), RECORDS);
-        let resident = |table: &SharedCode| {
-            let page = 4096;
-            let start = table.records.as_ptr() as usize / page * page;
-            let end = table.records.as_ptr() as usize + RECORDS * 32;
-            let pages = (end - start).div_ceil(page);
-            let mut vec = vec![0u8; pages];
-            // SAFETY: a range of this process's mapped allocation and a
-            // vector of one byte per page.
-            let rc =
-                unsafe { libc::mincore(start as *mut libc::c_void, end - start, vec.as_mut_ptr()) };
-            assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
-            (vec.iter().filter(|&&b| b & 1 != 0).count(), pages)
-        };
-        let (before, pages) = resident(&table);
-        assert!(
-            before <= 2,
-            "{before} of the table's {pages} pages resident before any record"
-        );
-        let mut text = Text::new(3);
-        let _ = table.insert(BASE, &mut text).expect("decodes");
-        let (after, _) = resident(&table);
-        assert!(after >= 1, "the written record's page is not resident");
     }
 
     #[test]

@@ -24,9 +24,7 @@ pub(crate) const SEG_NONE: u8 = 0;
 pub(crate) const SEG_FS: u8 = 1;
 pub(crate) const SEG_GS: u8 = 2;
 
-/// A decoded instruction: what a step reads, in 32 bytes (half a cache
-/// line: an owner that aligns its records to 32 bytes never splits one
-/// between two lines).
+/// A decoded instruction: what a step reads, in 40 bytes.
 ///
 /// Compact on purpose: a signal handler runs the core after the
 /// application has evicted its data from the CPU's caches, so each step
@@ -40,12 +38,10 @@ pub struct Insn {
     /// Address of the instruction; [`Insn::EMPTY_IP`] in an empty entry.
     pub(crate) ip: u64,
     /// Memory displacement, with RIP/EIP-relative addresses already folded
-    /// in (the base is then [`NONE`]): 32 bits, read through
-    /// [`Insn::disp`] (the kind in `traits`, see [`SX`]).
-    pub(crate) disp: u32,
-    /// The immediate (as iced extends it) or the near-branch target: 32
-    /// bits, read through [`Insn::imm`].
-    pub(crate) imm: u32,
+    /// in (the base is then [`NONE`]).
+    pub(crate) disp: u64,
+    /// The immediate (as iced extends it) or the near-branch target.
+    pub(crate) imm: u64,
     /// Operand slots, see [`MEM`] and friends.
     pub(crate) op: [u8; 4],
     /// The iced `Code`, indexing the dispatch table.
@@ -68,9 +64,7 @@ pub struct Insn {
     pub(crate) vflags: u8,
     /// [`REP`], [`REPNE`], [`LOCK`], [`SEGMENT_PREFIX`], [`RIP_RELATIVE`].
     pub(crate) prefixes: u8,
-    /// [`FALLS_THROUGH`], [`READS_RSP_SLOT`], [`READS_RBP_SLOT`]; how
-    /// `disp` and `imm` hold their values (bits [`DISP_KIND`] and
-    /// [`IMM_KIND`]).
+    /// [`FALLS_THROUGH`], [`READS_RSP_SLOT`], [`READS_RBP_SLOT`].
     pub(crate) traits: u8,
 }
 
@@ -92,37 +86,6 @@ const FALLS_THROUGH: u8 = 1;
 const READS_RSP_SLOT: u8 = 2;
 /// leave: reads the stack slot at rbp.
 const READS_RBP_SLOT: u8 = 4;
-/// `Insn::traits` bits 3–4: how `disp` holds the displacement, and bits
-/// 5–6: how `imm` holds the immediate. Each is exact: [`Insn::resolve`]
-/// picks the first kind that holds the 64-bit value.
-const DISP_KIND: u8 = 3;
-const IMM_KIND: u8 = 5;
-/// The 32 bits, sign-extended.
-const SX: u8 = 0;
-/// The 32 bits, zero-extended.
-const ZX: u8 = 1;
-/// Sign-extended and added to the end of the instruction: a near branch's
-/// target, a RIP-relative address.
-const REL: u8 = 2;
-/// The low 32 bits, with the high ones in the other field, which the
-/// instruction does not use (`movabs`'s 64-bit immediate; the 64-bit
-/// address of `mov al, [moffs]`).
-const WIDE: u8 = 3;
-
-/// `value` in 32 bits and the kind that gets it back, or `None`; `next`
-/// is the address after the instruction (for [`REL`]).
-fn narrow(value: u64, next: u64) -> Option<(u8, u32)> {
-    let rel = value.wrapping_sub(next);
-    if value as i32 as i64 as u64 == value {
-        Some((SX, value as u32))
-    } else if value >> 32 == 0 {
-        Some((ZX, value as u32))
-    } else if rel as i32 as i64 as u64 == rel {
-        Some((REL, rel as u32))
-    } else {
-        None
-    }
-}
 
 /// EVEX {z}: elements the writemask disables are zeroed, not kept.
 pub(crate) const ZEROING: u8 = 1;
@@ -196,14 +159,12 @@ impl Insn {
         insn.ip = instr.ip();
         insn.len = instr.len() as u8;
         insn.code = instr.code();
-        let mut imm = None;
-        let mut disp = None;
         for n in 0..instr.op_count().min(4) {
             insn.op[n as usize] = match instr.op_kind(n) {
                 OpKind::Register => register_slot(instr.op_register(n)),
                 OpKind::Memory => MEM,
                 OpKind::NearBranch64 => {
-                    imm = Some(instr.near_branch64());
+                    insn.imm = instr.near_branch64();
                     IMM
                 }
                 OpKind::Immediate8
@@ -214,7 +175,7 @@ impl Insn {
                 | OpKind::Immediate8to32
                 | OpKind::Immediate8to64
                 | OpKind::Immediate32to64 => {
-                    imm = Some(instr.immediate(n));
+                    insn.imm = instr.immediate(n);
                     IMM
                 }
                 OpKind::MemorySegESI | OpKind::MemorySegEDI | OpKind::MemoryESEDI => {
@@ -230,7 +191,7 @@ impl Insn {
                 insn.base = m.base.unwrap_or(NONE);
                 insn.index = m.index.unwrap_or(NONE);
                 insn.scale = m.scale_log2;
-                disp = Some(m.disp);
+                insn.disp = m.disp;
                 insn.addr32 = m.addr32;
             }
         }
@@ -260,62 +221,7 @@ impl Insn {
                 Mnemonic::Leave => READS_RBP_SLOT,
                 _ => 0,
             };
-        if !insn.pack(disp, imm) {
-            // Not seen in valid x86-64 code (the test below decodes every
-            // form that could need it): refused rather than run wrong.
-            insn.code = Code::INVALID;
-        }
         insn
-    }
-
-    /// Stores the displacement and the immediate in 32 bits each, with
-    /// their kinds; false when they do not fit.
-    fn pack(&mut self, disp: Option<u64>, imm: Option<u64>) -> bool {
-        let next = self.ip.wrapping_add(u64::from(self.len));
-        let (dk, d, dwide) = match disp.map(|v| (v, narrow(v, next))) {
-            None => (SX, 0, None),
-            Some((_, Some((k, bits)))) => (k, bits, None),
-            Some((v, None)) => (WIDE, v as u32, Some((v >> 32) as u32)),
-        };
-        let (ik, i, iwide) = match imm.map(|v| (v, narrow(v, next))) {
-            None => (SX, 0, None),
-            Some((_, Some((k, bits)))) => (k, bits, None),
-            Some((v, None)) => (WIDE, v as u32, Some((v >> 32) as u32)),
-        };
-        let (d, i) = match (dwide, iwide) {
-            (None, None) => (d, i),
-            (Some(high), None) if imm.is_none() => (d, high),
-            (None, Some(high)) if disp.is_none() => (high, i),
-            _ => return false,
-        };
-        self.disp = d;
-        self.imm = i;
-        self.traits |= dk << DISP_KIND | ik << IMM_KIND;
-        true
-    }
-
-    /// A 64-bit value from its 32 `bits`, its kind and the other field.
-    #[inline(always)]
-    fn widen(&self, bits: u32, kind: u8, other: u32) -> u64 {
-        let sx = bits as i32 as i64 as u64;
-        match kind & 3 {
-            SX => sx,
-            ZX => u64::from(bits),
-            REL => self.ip.wrapping_add(u64::from(self.len)).wrapping_add(sx),
-            _ => u64::from(bits) | u64::from(other) << 32,
-        }
-    }
-
-    /// The memory operand's displacement (RIP/EIP-relative ones folded in).
-    #[inline(always)]
-    pub(crate) fn disp(&self) -> u64 {
-        self.widen(self.disp, self.traits >> DISP_KIND, self.imm)
-    }
-
-    /// The immediate, as iced extends it, or the near branch's target.
-    #[inline(always)]
-    pub(crate) fn imm(&self) -> u64 {
-        self.widen(self.imm, self.traits >> IMM_KIND, self.disp)
     }
 
     /// Address of the instruction.
@@ -389,7 +295,7 @@ impl Insn {
     #[must_use]
     #[inline]
     pub fn rip_relative_address(&self) -> Option<u64> {
-        (self.prefixes & RIP_RELATIVE != 0).then(|| self.disp())
+        (self.prefixes & RIP_RELATIVE != 0).then_some(self.disp)
     }
 
     /// Whether any of the lock, rep, repne or segment-override prefixes is
@@ -460,151 +366,35 @@ mod tests {
         // mov eax, [rbx + rcx*4 + 8]
         let i = resolve(&[0x8b, 0x44, 0x8b, 0x08], 0x1000);
         assert_eq!(
-            (i.base, i.index, i.scale, i.disp(), i.addr32),
+            (i.base, i.index, i.scale, i.disp, i.addr32),
             (3, 1, 2, 8, false)
         );
         // mov eax, [ecx*4 - 16]: no base, 32-bit index.
         let i = resolve(&[0x67, 0x8b, 0x04, 0x8d, 0xf0, 0xff, 0xff, 0xff], 0x1000);
         assert_eq!(
-            (i.base, i.index, i.disp(), i.addr32),
+            (i.base, i.index, i.disp, i.addr32),
             (NONE, 1, 0xffff_fff0, true)
         );
         // mov eax, [0x80000000] with and without 0x67.
         let i = resolve(&[0x67, 0x8b, 0x04, 0x25, 0, 0, 0, 0x80], 0x1000);
-        assert_eq!((i.disp(), i.addr32), (0x8000_0000, true));
+        assert_eq!((i.disp, i.addr32), (0x8000_0000, true));
         let i = resolve(&[0x8b, 0x04, 0x25, 0, 0, 0, 0x80], 0x1000);
-        assert_eq!((i.disp(), i.addr32), (0xffff_ffff_8000_0000, false));
+        assert_eq!((i.disp, i.addr32), (0xffff_ffff_8000_0000, false));
         // mov eax, [eip + 0x10] high in the address space wraps to 32 bits.
         let i = resolve(&[0x67, 0x8b, 0x05, 0x10, 0, 0, 0], 0x7_0000_1000);
-        assert_eq!((i.base, i.disp(), i.addr32), (NONE, 0x1017, true));
+        assert_eq!((i.base, i.disp, i.addr32), (NONE, 0x1017, true));
         // mov eax, fs:[0x28]
         let i = resolve(&[0x64, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0], 0);
-        assert_eq!((i.seg, i.disp()), (SEG_FS, 0x28));
+        assert_eq!((i.seg, i.disp), (SEG_FS, 0x28));
         // movsb with 0x67 uses esi/edi.
         assert!(resolve(&[0x67, 0xa4], 0).addr32);
         assert!(!resolve(&[0xa4], 0).addr32);
     }
 
     #[test]
-    fn an_instruction_is_thirty_two_bytes() {
-        assert_eq!(size_of::<Insn>(), 32);
+    fn an_instruction_is_forty_bytes() {
+        assert_eq!(size_of::<Insn>(), 40);
         assert_eq!(align_of::<Insn>(), 8);
-    }
-
-    /// What the 64-bit fields held before they were packed: iced's last
-    /// immediate or near-branch target, and the memory operand's
-    /// displacement (RIP/EIP-relative folded in).
-    /// `None` where the instruction has none (the field then holds the
-    /// other's high half, or nothing).
-    fn wide_fields(instr: &Instruction) -> (Option<u64>, Option<u64>) {
-        let mut imm = None;
-        for n in 0..instr.op_count().min(4) {
-            match instr.op_kind(n) {
-                OpKind::NearBranch64 => imm = Some(instr.near_branch64()),
-                OpKind::Immediate8
-                | OpKind::Immediate16
-                | OpKind::Immediate32
-                | OpKind::Immediate64
-                | OpKind::Immediate8to16
-                | OpKind::Immediate8to32
-                | OpKind::Immediate8to64
-                | OpKind::Immediate32to64 => imm = Some(instr.immediate(n)),
-                _ => {}
-            }
-        }
-        let disp = MemOperand::of(instr).map(|m| m.disp);
-        (imm, disp)
-    }
-
-    /// Decodes `bytes` at `ip` and checks that the packed displacement and
-    /// immediate read back as iced has them; false if no instruction.
-    fn packs_exactly(bytes: &[u8], ip: u64) -> bool {
-        let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
-        let instr = decoder.decode();
-        if instr.is_invalid() {
-            return false;
-        }
-        let insn = Insn::resolve(instr);
-        assert_ne!(
-            insn.code,
-            Code::INVALID,
-            "{:?} at {ip:#x}: refused",
-            instr.code()
-        );
-        let (imm, disp) = wide_fields(&instr);
-        assert_eq!(
-            (imm.map(|_| insn.imm()), disp.map(|_| insn.disp())),
-            (imm, disp),
-            "{:?} at {ip:#x} ({bytes:02x?})",
-            instr.code()
-        );
-        true
-    }
-
-    #[test]
-    fn displacements_and_immediates_read_back_exactly() {
-        let ips = [
-            0x1000,
-            0x40_1000,
-            0x5555_5555_8000,
-            0x7fff_f7dd_0ff0,
-            0xffff_ffff_7fff_fff0,
-            0xffff_ffff_ffff_ff00,
-        ];
-        // Every kind: movabs (64-bit immediate), moffs (64-bit address)
-        // both ways, jmp and call rel32 both ways, a negative push, a
-        // zero-extended and a sign-extended imm32, rip-relative with an
-        // immediate, eip-relative, enter's two immediates, a 0x67 address.
-        let forms: &[&[u8]] = &[
-            &[0x48, 0xb8, 0xef, 0xcd, 0xab, 0x90, 0x78, 0x56, 0x34, 0x12],
-            &[0x48, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
-            &[0xa0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11],
-            &[0x48, 0xa3, 0x00, 0x10, 0x00, 0x00, 0xff, 0x7f, 0x00, 0x00],
-            &[0xe9, 0x00, 0x00, 0x00, 0x80],
-            &[0xe9, 0xff, 0xff, 0xff, 0x7f],
-            &[0xe8, 0xf0, 0xff, 0xff, 0xff],
-            &[0x0f, 0x84, 0x10, 0x00, 0x00, 0x00],
-            &[0xeb, 0x80],
-            &[0x68, 0xf0, 0xff, 0xff, 0xff],
-            &[0xb8, 0xff, 0xff, 0xff, 0xff],
-            &[0x48, 0xc7, 0xc0, 0xff, 0xff, 0xff, 0xff],
-            &[0x48, 0x83, 0xc0, 0xff],
-            &[0x66, 0x83, 0xc0, 0xff],
-            &[0x83, 0xc0, 0xff],
-            &[0x80, 0x3d, 0x10, 0x00, 0x00, 0x80, 0xfe],
-            &[
-                0x48, 0x81, 0x3d, 0xf0, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x80,
-            ],
-            &[0x67, 0x8b, 0x05, 0x10, 0, 0, 0],
-            &[0xc8, 0x10, 0x00, 0x01],
-            &[0x67, 0x8b, 0x04, 0x8d, 0xf0, 0xff, 0xff, 0xff],
-            &[0x8b, 0x04, 0x25, 0, 0, 0, 0x80],
-            &[0xc2, 0x08, 0x00],
-            &[0x48, 0x69, 0xc0, 0x00, 0x00, 0x00, 0x80],
-        ];
-        for ip in ips {
-            for bytes in forms {
-                assert!(packs_exactly(bytes, ip), "{bytes:02x?} does not decode");
-            }
-        }
-        // And whatever random bytes decode to, at each address.
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut decoded = 0;
-        for _ in 0..200_000 {
-            let mut bytes = [0u8; 15];
-            for b in &mut bytes {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                *b = state as u8;
-            }
-            let ip = ips[(state >> 40) as usize % ips.len()];
-            decoded += usize::from(packs_exactly(&bytes, ip));
-        }
-        assert!(
-            decoded > 100_000,
-            "only {decoded} random instructions decoded"
-        );
     }
 
     #[test]

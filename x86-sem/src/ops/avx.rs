@@ -397,7 +397,7 @@ pub(crate) fn ternlog<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut R
     let c = read::<X, N, false>(x, i, i.op[2], r, 4, m)?;
     let b = read::<X, N, false>(x, i, i.op[1], r, 4, u64::MAX)?;
     let a = read::<X, N, false>(x, i, i.op[0], r, 4, u64::MAX)?;
-    let imm = i.imm() as u8;
+    let imm = i.imm as u8;
     let mut out = [0u64; 8];
     for (l, o) in out.iter_mut().enumerate() {
         for (t, set) in (0..8u64).map(|t| (t, imm >> t & 1 != 0)) {
@@ -447,7 +447,7 @@ pub(crate) fn compare<X: Machine, const OP: u8, const N: usize>(
     let m = writemask(x, i);
     let b = read::<X, N, false>(x, i, i.op[2], r, e, m)?;
     let a = read::<X, N, false>(x, i, i.op[1], r, e, m)?;
-    let pred = i.imm() & 7;
+    let pred = i.imm & 7;
     let signed = matches!(OP, CMPB | CMPD);
     let mut k = 0u64;
     for n in 0..N / e {

@@ -57,7 +57,7 @@ pub(crate) fn shift_imm<X: Machine, const OP: u8, const E: usize, const N: usize
 ) -> Flow {
     let m = writemask(x, i);
     let a = read::<X, N, false>(x, i, i.op[1], r, E, m)?;
-    let count = i.imm() & 0xff;
+    let count = i.imm & 0xff;
     let bits = E as u64 * 8;
     let mut out = [0u64; 8];
     for k in 0..N / E {
@@ -79,7 +79,7 @@ pub(crate) fn pshufd<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Re
     let a = read::<X, N, false>(x, i, i.op[1], r, 4, u64::MAX)?;
     let mut out = [0u64; 8];
     for k in 0..N / 4 {
-        let sel = (i.imm() >> (2 * (k % 4))) as usize & 3;
+        let sel = (i.imm >> (2 * (k % 4))) as usize & 3;
         set_elem(&mut out, k, 4, elem(&a, k & !3 | sel, 4));
     }
     write_reg(x, i, i.op[0], &out, N, 4, u64::MAX);
@@ -159,7 +159,7 @@ pub(crate) fn permq<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let a = read::<X, 32, false>(x, i, i.op[1], r, 8, u64::MAX)?;
     let mut out = [0u64; 8];
     for (k, o) in out.iter_mut().take(4).enumerate() {
-        *o = a[(i.imm() >> (2 * k)) as usize & 3];
+        *o = a[(i.imm >> (2 * k)) as usize & 3];
     }
     write_reg(x, i, i.op[0], &out, 32, 8, u64::MAX);
     Ok(())
@@ -193,7 +193,7 @@ pub(crate) fn blend_imm<X: Machine, const E: usize, const N: usize, const LEGACY
     let (a, b) = sources::<X, N, LEGACY>(x, i, r)?;
     let mut out = [0u64; 8];
     for k in 0..N / E {
-        let v = if i.imm() >> (k % 8) & 1 != 0 {
+        let v = if i.imm >> (k % 8) & 1 != 0 {
             elem(&b, k, E)
         } else {
             elem(&a, k, E)
@@ -235,7 +235,7 @@ pub(crate) fn blend_var<X: Machine, const E: usize, const N: usize, const LEGACY
 /// shifted right by imm8 bytes, low 16 kept.
 pub(crate) fn palignr<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let (a, b) = sources::<X, N, false>(x, i, r)?;
-    let shift = (i.imm() & 0xff) as usize;
+    let shift = (i.imm & 0xff) as usize;
     let mut out = [0u64; 8];
     for k in 0..N {
         let (lane, j) = (k & !15, k % 16 + shift);
@@ -254,7 +254,7 @@ pub(crate) fn palignr<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut R
 /// the register.
 pub(crate) fn pextrb<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let v = *x.regs().vec(usize::from(i.op[1] - VEC));
-    let b = elem(&v, (i.imm() & 15) as usize, 1);
+    let b = elem(&v, (i.imm & 15) as usize, 1);
     if i.op[0] == MEM {
         let a = ea(x, i);
         super::store(x, r, a, 1, b)
@@ -267,7 +267,7 @@ pub(crate) fn pextrb<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
 /// vextracti128/vextractf128 xmm/m128, ymm, imm8: lane imm8[0].
 pub(crate) fn extract128<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let v = *x.regs().vec(usize::from(i.op[1] - VEC));
-    let lane = (i.imm() & 1) as usize * 2;
+    let lane = (i.imm & 1) as usize * 2;
     let mut out = [0u64; 8];
     out[..2].copy_from_slice(&v[lane..lane + 2]);
     if i.op[0] == MEM {
@@ -288,7 +288,7 @@ pub(crate) fn extract128<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Fl
 pub(crate) fn insert128<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let b = read::<X, 16, false>(x, i, i.op[2], r, 1, u64::MAX)?;
     let mut out = read::<X, 32, false>(x, i, i.op[1], r, 1, u64::MAX)?;
-    let lane = (i.imm() & 1) as usize * 2;
+    let lane = (i.imm & 1) as usize * 2;
     out[lane..lane + 2].copy_from_slice(&b[..2]);
     write_reg(x, i, i.op[0], &out, 32, 8, u64::MAX);
     Ok(())
@@ -394,7 +394,7 @@ pub(crate) fn mulx<X: Machine, const S: usize>(x: &mut X, i: &Insn, r: &mut Reti
 /// rorx r, r/m, imm8 (BMI2): rotate right, no flag.
 pub(crate) fn rorx<X: Machine, const S: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let v = super::read::<X, S>(x, i, i.op[1], r)?;
-    let n = (i.imm() as u32) & (S as u32 * 8 - 1);
+    let n = (i.imm as u32) & (S as u32 * 8 - 1);
     let out = if S == 8 {
         v.rotate_right(n)
     } else {
@@ -450,7 +450,7 @@ pub(crate) fn byte_shift<X: Machine, const LEFT: bool, const N: usize>(
     r: &mut Retired,
 ) -> Flow {
     let a = read::<X, N, false>(x, i, i.op[1], r, 1, u64::MAX)?;
-    let n = (i.imm() & 0xff) as usize;
+    let n = (i.imm & 0xff) as usize;
     let mut out = [0u64; 8];
     for k in 0..N {
         let (lane, j) = (k & !15, k % 16);
@@ -474,7 +474,7 @@ pub(crate) fn shufps<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Re
     let mut out = [0u64; 8];
     for k in 0..N / 4 {
         let (lane, j) = (k & !3, k % 4);
-        let sel = (i.imm() >> (2 * j)) as usize & 3;
+        let sel = (i.imm >> (2 * j)) as usize & 3;
         let src = if j < 2 { &a } else { &b };
         set_elem(&mut out, k, 4, elem(src, lane + sel, 4));
     }
@@ -614,7 +614,7 @@ pub(crate) fn psadbw<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Re
 /// pextrd/vpextrd r/m32, xmm, imm8: doubleword imm8[1:0].
 pub(crate) fn pextrd<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let v = *x.regs().vec(usize::from(i.op[1] - VEC));
-    let d = elem(&v, (i.imm() & 3) as usize, 4);
+    let d = elem(&v, (i.imm & 3) as usize, 4);
     if i.op[0] == MEM {
         let a = ea(x, i);
         super::store(x, r, a, 4, d)
@@ -634,7 +634,7 @@ pub(crate) fn pinsrd<X: Machine, const LEGACY: bool>(x: &mut X, i: &Insn, r: &mu
     };
     let d = super::read::<X, 4>(x, i, src, r)?;
     let mut out = *x.regs().vec(usize::from(base - VEC));
-    set_elem(&mut out, (i.imm() & 3) as usize, 4, d);
+    set_elem(&mut out, (i.imm & 3) as usize, 4, d);
     put::<X, LEGACY>(x, i, &out, 16);
     Ok(())
 }

@@ -24,7 +24,7 @@ pub(crate) fn extract<X: Machine, const E: usize, const PART: usize, const N: us
 ) -> Flow {
     let m = writemask(x, i);
     let v = *x.regs().vec(usize::from(i.op[1] - VEC));
-    let first = (i.imm() as usize & (N / PART - 1)) * PART / 8;
+    let first = (i.imm as usize & (N / PART - 1)) * PART / 8;
     let mut out = [0u64; 8];
     out[..PART / 8].copy_from_slice(&v[first..first + PART / 8]);
     if i.op[0] == MEM {
@@ -51,7 +51,7 @@ pub(crate) fn insert<X: Machine, const E: usize, const PART: usize, const N: usi
     r: &mut Retired,
 ) -> Flow {
     let m = writemask(x, i);
-    let part = (i.imm() as usize & (N / PART - 1)) * PART / 8;
+    let part = (i.imm as usize & (N / PART - 1)) * PART / 8;
     let b = read::<X, PART, false>(x, i, i.op[2], r, E, u64::MAX)?;
     let mut out = read::<X, N, false>(x, i, i.op[1], r, E, u64::MAX)?;
     out[part..part + PART / 8].copy_from_slice(&b[..PART / 8]);
@@ -70,7 +70,7 @@ pub(crate) fn valign<X: Machine, const E: usize, const N: usize>(
     let count = N / E;
     let b = read::<X, N, false>(x, i, i.op[2], r, E, u64::MAX)?;
     let a = read::<X, N, false>(x, i, i.op[1], r, E, u64::MAX)?;
-    let shift = i.imm() as usize & (count - 1);
+    let shift = i.imm as usize & (count - 1);
     let mut out = [0u64; 8];
     for k in 0..count {
         let j = k + shift;

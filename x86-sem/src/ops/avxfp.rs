@@ -138,7 +138,7 @@ fn predicate(e: &mut Env, w: usize, pred: u64, a: u128, b: u128) -> u128 {
 
 /// vcmpss/sd xmm1, xmm2, xmm3/m, imm8.
 pub(crate) fn cmp_scalar<X: Machine, const W: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
-    let pred = i.imm() & 31;
+    let pred = i.imm & 31;
     scalar_with::<X, W>(x, i, r, |e, a, b| predicate(e, W, pred, a, b))
 }
 
@@ -148,7 +148,7 @@ pub(crate) fn cmp_packed<X: Machine, const W: usize, const N: usize>(
     i: &Insn,
     r: &mut Retired,
 ) -> Flow {
-    let pred = i.imm() & 31;
+    let pred = i.imm & 31;
     packed_with::<X, W, N>(x, i, r, |e, a, b| predicate(e, W, pred, a, b))
 }
 
@@ -265,7 +265,7 @@ pub(crate) fn shufpd<X: Machine, const N: usize>(x: &mut X, i: &Insn, r: &mut Re
     let mut out = [0u64; 8];
     for k in 0..N / 8 {
         let (lane, src) = (k & !1, if k % 2 == 0 { &a } else { &b });
-        out[k] = src[lane + (i.imm() >> k & 1) as usize];
+        out[k] = src[lane + (i.imm >> k & 1) as usize];
     }
     write_reg(x, i, i.op[0], &out, N, 8, u64::MAX);
     Ok(())
@@ -379,7 +379,7 @@ pub(crate) fn cmp_scalar_k<X: Machine, const W: usize>(
     let mxcsr = mxcsr(x)?;
     let mut e = env(mxcsr);
     let bit = if m != 0 {
-        u64::from(predicate(&mut e, W, i.imm() & 31, lane(a, W, 0), lane(b, W, 0)) != 0)
+        u64::from(predicate(&mut e, W, i.imm & 31, lane(a, W, 0), lane(b, W, 0)) != 0)
     } else {
         0
     };
@@ -432,7 +432,7 @@ pub(crate) fn cmp_packed_k<X: Machine, const W: usize, const N: usize>(
     let mut k = 0u64;
     for n in (0..N / W).filter(|n| m >> n & 1 != 0) {
         let (p, q) = (u128::from(elem(&a, n, W)), u128::from(elem(&b, n, W)));
-        k |= u64::from(predicate(&mut e, W, i.imm() & 31, p, q) != 0) << n;
+        k |= u64::from(predicate(&mut e, W, i.imm & 31, p, q) != 0) << n;
     }
     let mx = evex_checked(mxcsr, &e, i)?;
     x.regs_mut().set_k(usize::from(i.op[0] - KREG), k);

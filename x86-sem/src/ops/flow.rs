@@ -68,7 +68,7 @@ pub(crate) fn leave<X: Machine>(x: &mut X, _i: &Insn, r: &mut Retired) -> Flow {
 
 /// jmp rel8/rel32.
 pub(crate) fn jmp<X: Machine>(_x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
-    transfer(r, BranchKind::DirectJump, true, i.imm());
+    transfer(r, BranchKind::DirectJump, true, i.imm);
     Ok(())
 }
 
@@ -83,7 +83,7 @@ pub(crate) fn jmp_indirect<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> 
 pub(crate) fn jcc<X: Machine, const CC: u8>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     defined(x, flags::reads(CC))?;
     let taken = flags::holds(x.regs().rflags(), CC);
-    transfer(r, BranchKind::Conditional, taken, i.imm());
+    transfer(r, BranchKind::Conditional, taken, i.imm);
     Ok(())
 }
 
@@ -91,7 +91,7 @@ pub(crate) fn jcc<X: Machine, const CC: u8>(x: &mut X, i: &Insn, r: &mut Retired
 pub(crate) fn jrcxz<X: Machine, const A32: bool>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let c = reg(x, gpr::RCX);
     let c = if A32 { c & 0xffff_ffff } else { c };
-    transfer(r, BranchKind::Conditional, c == 0, i.imm());
+    transfer(r, BranchKind::Conditional, c == 0, i.imm);
     Ok(())
 }
 
@@ -123,14 +123,14 @@ pub(crate) fn loop_<X: Machine, const KIND: u8, const A32: bool>(
     } else {
         set_reg(x, gpr::RCX, c);
     }
-    transfer(r, BranchKind::Conditional, taken, i.imm());
+    transfer(r, BranchKind::Conditional, taken, i.imm);
     Ok(())
 }
 
 /// call rel32.
 pub(crate) fn call<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     push(x, r, r.next_rip)?;
-    transfer(r, BranchKind::DirectCall, true, i.imm());
+    transfer(r, BranchKind::DirectCall, true, i.imm);
     Ok(())
 }
 
@@ -146,7 +146,7 @@ pub(crate) fn call_indirect<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) ->
 pub(crate) fn ret<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let sp = reg(x, gpr::RSP);
     let t = load(x, r, sp, 8)?;
-    let extra = if i.op[0] == IMM { i.imm() & 0xffff } else { 0 };
+    let extra = if i.op[0] == IMM { i.imm & 0xffff } else { 0 };
     set_reg(x, gpr::RSP, sp.wrapping_add(8).wrapping_add(extra));
     transfer(r, BranchKind::Return, true, t);
     Ok(())

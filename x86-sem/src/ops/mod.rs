@@ -53,7 +53,7 @@ pub(crate) fn unsupported<X: Machine>(x: &mut X, i: &Insn, _r: &mut Retired) -> 
 #[inline(always)]
 pub(crate) fn offset<X: Machine>(x: &X, i: &Insn) -> u64 {
     let r = x.regs();
-    crate::address::offset(i.base, i.index, i.scale, i.disp(), i.addr32, |n| r.gpr(n))
+    crate::address::offset(i.base, i.index, i.scale, i.disp, i.addr32, |n| r.gpr(n))
 }
 
 /// Adds the fs or gs base of the instruction's segment prefix.
@@ -138,7 +138,7 @@ pub(crate) fn read<X: Machine, const S: usize>(
         let a = ea(x, i);
         load(x, r, a, S)
     } else if o == IMM {
-        Ok(i.imm() & mask(S))
+        Ok(i.imm & mask(S))
     } else {
         Ok((reg(x, usize::from(o - HIGH8)) >> 8) & 0xff)
     }

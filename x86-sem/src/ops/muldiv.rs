@@ -49,7 +49,7 @@ pub(crate) fn mul_wide<X: Machine, const SIGNED: bool, const S: usize>(
 /// imul r, r/m and imul r, r/m, imm: the truncated signed product.
 pub(crate) fn imul<X: Machine, const S: usize>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let (a, b) = if i.op[2] == IMM {
-        (read::<X, S>(x, i, i.op[1], r)?, i.imm() & mask(S))
+        (read::<X, S>(x, i, i.op[1], r)?, i.imm & mask(S))
     } else {
         (
             read::<X, S>(x, i, i.op[0], r)?,

@@ -316,7 +316,7 @@ pub(crate) const SHUFPS: u8 = 3;
 
 /// pshufd, pshuflw, pshufhw, shufps xmm, xmm/m128, imm8.
 pub(crate) fn shuffle<X: Machine, const OP: u8>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
-    let imm = i.imm() as u32;
+    let imm = i.imm as u32;
     let src = read_v::<X, 16, true>(x, i, i.op[1], r)?;
     let pick =
         |v: u128, lane: usize, k: u32| (v >> (lane * 8 * k as usize)) & u128::from(mask(lane));
@@ -361,7 +361,7 @@ pub(crate) fn packed_shift<X: Machine, const OP: u8, const LANE: usize>(
     r: &mut Retired,
 ) -> Flow {
     let count = if i.op[1] == IMM {
-        i.imm() & 0xff
+        i.imm & 0xff
     } else {
         read_v::<X, 16, true>(x, i, i.op[1], r)? as u64
     };
@@ -403,7 +403,7 @@ pub(crate) fn packed_shift<X: Machine, const OP: u8, const LANE: usize>(
 
 /// pextrw r32, xmm, imm8.
 pub(crate) fn pextrw<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
-    let sel = (i.imm() & 7) as usize * 16;
+    let sel = (i.imm & 7) as usize * 16;
     let v = read_v::<X, 16, false>(x, i, i.op[1], r)?;
     super::set_reg(x, usize::from(i.op[0]), ((v >> sel) & 0xffff) as u64);
     Ok(())
@@ -411,7 +411,7 @@ pub(crate) fn pextrw<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
 
 /// pinsrw xmm, r32/m16, imm8.
 pub(crate) fn pinsrw<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
-    let sel = (i.imm() & 7) as usize * 16;
+    let sel = (i.imm & 7) as usize * 16;
     let w = read_v::<X, 2, false>(x, i, i.op[1], r)? & 0xffff;
     let old = read_v::<X, 16, false>(x, i, i.op[0], r)?;
     write_v::<X, 16, false>(x, i, i.op[0], (old & !(0xffff << sel)) | w << sel, r)

@@ -55,7 +55,7 @@ pub(crate) fn pshufb<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
 pub(crate) fn palignr<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let b = read128::<X, true>(x, i, i.op[1], r)?;
     let a = read128::<X, false>(x, i, i.op[0], r)?;
-    let shift = (i.imm() & 0xff) as usize;
+    let shift = (i.imm & 0xff) as usize;
     let out: [u8; 16] = core::array::from_fn(|j| match j + shift {
         k @ 0..=15 => b[k],
         k @ 16..=31 => a[k - 16],
@@ -74,7 +74,7 @@ pub(crate) fn palignr<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow 
 pub(crate) fn pcmpistri<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let b = read128::<X, false>(x, i, i.op[1], r)?;
     let a = read128::<X, false>(x, i, i.op[0], r)?;
-    let imm = i.imm() as u8;
+    let imm = i.imm as u8;
     let words = imm & 1 != 0;
     let signed = imm & 2 != 0;
     let n = if words { 8 } else { 16 };

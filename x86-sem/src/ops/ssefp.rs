@@ -160,7 +160,7 @@ pub(crate) fn cmp<X: Machine, const W: usize, const PACKED: bool>(
     i: &Insn,
     r: &mut Retired,
 ) -> Flow {
-    let pred = i.imm() & 7;
+    let pred = i.imm & 7;
     lanewise::<X, W, PACKED>(x, i, r, |e, a, b| {
         let a = float::unpack(format(W), a, e.daz);
         let b = float::unpack(format(W), b, e.daz);
@@ -355,7 +355,7 @@ pub(crate) fn convert_packed<X: Machine, const OP: u8>(
 pub(crate) fn shufpd<X: Machine>(x: &mut X, i: &Insn, r: &mut Retired) -> Flow {
     let src = read_v::<X, 16, true>(x, i, i.op[1], r)?;
     let dst = read_v::<X, 16, false>(x, i, i.op[0], r)?;
-    let lo = lane(dst, 8, (i.imm() & 1) as usize);
-    let hi = lane(src, 8, (i.imm() >> 1 & 1) as usize);
+    let lo = lane(dst, 8, (i.imm & 1) as usize);
+    let hi = lane(src, 8, (i.imm >> 1 & 1) as usize);
     write_v::<X, 16, false>(x, i, i.op[0], lo | hi << 64, r)
 }
