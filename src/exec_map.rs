@@ -174,6 +174,29 @@ fn sorted(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
 }
 
 impl ExecMap {
+    /// An empty map on the heap, made there: it is 139 KiB (two copies
+    /// of fixed tables), too much for the stack of the thread that starts
+    /// a session (the main thread under autostart, whose stack limit may
+    /// be small: `ulimit -s 128` crashed a program at start). The zeroed
+    /// allocation is calloc's: pages are touched only as tables fill.
+    pub fn boxed() -> Box<ExecMap> {
+        // SAFETY: every field is valid as zero bytes (atomics, arrays of
+        // integers in UnsafeCell, the doorbell's word) and then is
+        // `ExecMap::new()`'s value, but `generation`, set here.
+        let layout = std::alloc::Layout::new::<ExecMap>();
+        // SAFETY: the layout is not zero-sized; see above for why zero
+        // bytes are an ExecMap; the box owns the allocation.
+        let map: Box<ExecMap> = unsafe {
+            let p = std::alloc::alloc_zeroed(layout).cast::<ExecMap>();
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Box::from_raw(p)
+        };
+        map.generation.store(1, Ordering::Relaxed);
+        map
+    }
+
     pub fn new() -> ExecMap {
         ExecMap {
             copies: [Tables::new(), Tables::new()],
@@ -444,6 +467,28 @@ mod tests {
         });
         assert_ne!(map.generation(), g);
         assert_eq!(map.range_of(0x1800), Some((0x1000, 0x2000)));
+    }
+
+    /// The map made on the heap is the map `new` makes: the same
+    /// generation, nothing in it, and it fills the same.
+    #[test]
+    fn a_boxed_map_is_a_new_one() {
+        let (boxed, new) = (ExecMap::boxed(), ExecMap::new());
+        assert_eq!(boxed.generation(), new.generation());
+        assert_eq!(boxed.range_of(0x1800), None);
+        let code = layout(
+            &[(0x1000, 0x2000)],
+            &[(0x1100, 0x1110)],
+            &[(0x5000, 0x6000)],
+        );
+        boxed.update(&code);
+        new.update(&code);
+        assert_eq!(boxed.generation(), new.generation());
+        for addr in [0x1000, 0x1105, 0x1800, 0x2000, 0x5800] {
+            assert_eq!(boxed.range_of(addr), new.range_of(addr));
+            assert_eq!(boxed.in_rseq(addr), new.in_rseq(addr));
+            assert_eq!(boxed.is_immutable(addr, 8), new.is_immutable(addr, 8));
+        }
     }
 
     #[test]

@@ -118,3 +118,62 @@ fn small_stacks_in_every_mode_and_the_handler_stack_budget() {
         );
     }
 }
+
+/// A program run with a small limit on its main thread's stack
+/// (`ulimit -s 64`, as a container or a careful parent may set): the
+/// session starts on that thread under autostart, and the library must
+/// fit in it. The rlimit is set for `profiler-ctl record`, which passes it
+/// on to the program.
+///
+/// Fails when a large structure is built on the starting thread's stack:
+/// the executable-mapping table (139 KiB) was, and the program died of
+/// SIGSEGV before main at any limit under about 150 KiB.
+#[test]
+fn a_small_main_thread_stack_limit() {
+    use std::os::unix::process::CommandExt;
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("stack-limit");
+    let program = build(&clang, &scratch.0, "branchy", &["branchy.c"], &["-O2"]);
+    let limited = |command: &mut std::process::Command| -> std::process::Output {
+        // SAFETY: setrlimit(2) is async-signal-safe, as pre_exec requires.
+        unsafe {
+            command.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: 64 * 1024,
+                    rlim_max: libc::RLIM_INFINITY,
+                };
+                if libc::setrlimit(libc::RLIMIT_STACK, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        command.output().expect("runs")
+    };
+    let native = limited(std::process::Command::new(&program).arg("5000000"));
+    assert!(
+        native.status.success(),
+        "native run with a 64 KiB stack limit: {native:?}"
+    );
+    let out = scratch.path("out");
+    let profiled = limited(
+        std::process::Command::new(&tracer.ctl)
+            .args(["record", "-q", "-c", "1000000", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(&program)
+            .arg("5000000"),
+    );
+    assert_same_behaviour("branchy with a 64 KiB stack limit", &native, &profiled);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_valid_traces("branchy with a 64 KiB stack limit", &rec);
+    assert!(
+        counter(&rec.summary, "traces_completed") > 0,
+        "no trace: {}",
+        rec.summary
+    );
+}

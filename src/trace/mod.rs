@@ -459,7 +459,7 @@ pub enum Closing {
 /// life of the process (handlers may run late, after a session ended).
 pub struct Tracer {
     pub slots: Box<[ThreadSlot]>,
-    pub exec: ExecMap,
+    pub exec: Box<ExecMap>,
     pub pool: Arc<BufferPool>,
     /// The heavy per-thread state, taken at a thread's first sample and
     /// given back when its slot closes.
@@ -508,7 +508,7 @@ pub fn tracer() -> Option<&'static Tracer> {
 pub fn tracer_or_init() -> &'static Tracer {
     TRACER.get_or_init(|| Tracer {
         slots: (0..MAX_THREADS).map(|_| ThreadSlot::new()).collect(),
-        exec: ExecMap::new(),
+        exec: ExecMap::boxed(),
         pool: Arc::new(BufferPool::new()),
         states: StatePools::new(),
         lbr: AtomicUsize::new(32),
