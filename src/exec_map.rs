@@ -146,6 +146,11 @@ pub struct ExecMap {
     doorbell: Doorbell,
 }
 
+// SAFETY: every field is valid as zero bytes: atomics, arrays of integers
+// in UnsafeCell, the doorbell's word. Zero is `ExecMap::new()`'s value but
+// for `generation`, which `ExecMap::boxed` sets.
+unsafe impl bytemuck::Zeroable for ExecMap {}
+
 // SAFETY: a copy is written only by the one writer while its reader count
 // is zero and it is not current, and read only by readers counted in it
 // while it is current (see the module doc).
@@ -180,19 +185,7 @@ impl ExecMap {
     /// be small: `ulimit -s 128` crashed a program at start). The zeroed
     /// allocation is calloc's: pages are touched only as tables fill.
     pub fn boxed() -> Box<ExecMap> {
-        // SAFETY: every field is valid as zero bytes (atomics, arrays of
-        // integers in UnsafeCell, the doorbell's word) and then is
-        // `ExecMap::new()`'s value, but `generation`, set here.
-        let layout = std::alloc::Layout::new::<ExecMap>();
-        // SAFETY: the layout is not zero-sized; see above for why zero
-        // bytes are an ExecMap; the box owns the allocation.
-        let map: Box<ExecMap> = unsafe {
-            let p = std::alloc::alloc_zeroed(layout).cast::<ExecMap>();
-            if p.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            Box::from_raw(p)
-        };
+        let map = bytemuck::zeroed_box::<ExecMap>();
         map.generation.store(1, Ordering::Relaxed);
         map
     }

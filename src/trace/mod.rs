@@ -322,7 +322,7 @@ pub struct ThreadSlot {
     state: AtomicU8,
     /// Written when the slot is first claimed (`Tracer::claim`): the table
     /// is allocated zeroed, and a slot no thread ever had is left untouched
-    /// (see `Tracer::slots`).
+    /// (`ThreadSlot::zeroed_table`).
     inner: UnsafeCell<MaybeUninit<ThreadTrace>>,
     pub counters: Counters,
     /// Handler entries so far (every SIGTRAP of ours the thread took): the
@@ -341,6 +341,12 @@ pub struct ThreadSlot {
 // SAFETY: `inner` is only touched by the holder of the slot, as the state
 // protocol in the module doc establishes.
 unsafe impl Sync for ThreadSlot {}
+
+// SAFETY: zero bytes are a free slot that no thread ever had: tid
+// `TID_NONE`, state `FREE`, atomics 0, and `inner` a MaybeUninit, written
+// at the slot's first claim (`Tracer::claim`); `sample_fd` and
+// `entries_seen_busy` are read only for a claimed slot, and set then.
+unsafe impl bytemuck::Zeroable for ThreadSlot {}
 
 impl ThreadSlot {
     #[cfg(test)]
@@ -362,25 +368,11 @@ impl ThreadSlot {
     }
 
     /// The thread table, `MAX_THREADS` free slots, from a zeroed
-    /// allocation: calloc's pages, touched only when a slot is claimed.
-    /// Built slot by slot it touched all of its 1.3 MB at the start of
-    /// every process (324 of the 930 page faults a process that does
-    /// nothing took). Zero bytes are a free slot that no thread ever had:
-    /// tid `TID_NONE`, state `FREE`, counters 0, `inner` not yet written
-    /// (written at the first claim), `sample_fd` read only for a claimed
-    /// slot.
+    /// allocation: calloc's pages, written only as slots are claimed.
+    /// Built slot by slot it wrote all of its 1.3 MB at the start of every
+    /// process, which stayed in its RSS.
     fn zeroed_table() -> Box<[ThreadSlot]> {
-        let layout = std::alloc::Layout::array::<ThreadSlot>(MAX_THREADS).expect("a fixed size");
-        // SAFETY: the layout is not zero-sized; every field of a
-        // ThreadSlot is valid as zero bytes (atomics, and `inner` a
-        // MaybeUninit), and the box owns the allocation.
-        unsafe {
-            let p = std::alloc::alloc_zeroed(layout).cast::<ThreadSlot>();
-            if p.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, MAX_THREADS))
-        }
+        bytemuck::zeroed_slice_box::<ThreadSlot>(MAX_THREADS)
     }
 
     /// Handler entry (see the module doc). Async-signal-safe.
@@ -614,8 +606,8 @@ impl Tracer {
                 {
                     if t == TID_NONE {
                         // Never claimed: its state is the zeroed table's
-                        // (see `Tracer::slots`). SAFETY: the slot is ours
-                        // (SETUP), and nothing read its state before.
+                        // (`ThreadSlot::zeroed_table`). SAFETY: the slot is
+                        // ours (SETUP), and nothing read its state before.
                         unsafe { (*slot.inner.get()).write(ThreadTrace::empty()) };
                     }
                     slot.counters.reset();
