@@ -444,10 +444,21 @@ fn settle(
         discard_unvalidated(t);
         Counters::bump(&c.segments_unsettled);
         close_open_trace(t, c, TraceEnd::Aborted(AbortReason::CheckpointUnreached));
-    } else if u.runs != wrap::runs() || wrap::is_entering(pc) {
+    } else {
         // A handler ran, or the sample came as one was entered: the
         // kernel had set its frame up over the thread's state, and it
         // would run next.
+        let handler = u.runs != wrap::runs() || wrap::is_entering(pc);
+        close_settled(t, c, u, handler);
+    }
+    make_room(tracer, slot, t);
+}
+
+/// Closes the open trace with its unsettled segment `u`, which the thread
+/// is past: without its entries (`signal_handler`) if a wrapped handler
+/// may have run inside it, else with them, as the segment ended it.
+fn close_settled(t: &mut ThreadTrace, c: &Counters, u: Unsettled, handler: bool) {
+    if handler {
         discard_unvalidated(t);
         close_open_trace(t, c, TraceEnd::Aborted(AbortReason::SignalHandler));
     } else {
@@ -455,7 +466,6 @@ fn settle(
         keep_segment(t, c, u.validated, u.proven, u.tail, u.steps);
         close_open_trace(t, c, u.end);
     }
-    make_room(tracer, slot, t);
 }
 
 /// Settles the open trace's unsettled last segment (if any) when the
@@ -466,16 +476,8 @@ fn settle(
 /// entries are kept unless a wrapped handler ran since it began; the trace
 /// closes as the segment ended it. The caller then closes the slot.
 pub(super) fn settle_passed(t: &mut ThreadTrace, c: &Counters) {
-    let Some(u) = t.unsettled.take() else {
-        return;
-    };
-    if u.runs == wrap::runs() {
-        Counters::bump(&c.segments_settled);
-        keep_segment(t, c, u.validated, u.proven, u.tail, u.steps);
-        close_open_trace(t, c, u.end);
-    } else {
-        discard_unvalidated(t);
-        close_open_trace(t, c, TraceEnd::Aborted(AbortReason::SignalHandler));
+    if let Some(u) = t.unsettled.take() {
+        close_settled(t, c, u, u.runs != wrap::runs());
     }
 }
 
