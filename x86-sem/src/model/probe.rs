@@ -132,6 +132,26 @@ fn cpuid(leaf: u32, sub: u32) -> CpuidResult {
     }
 }
 
+/// How many distinct (leaf, subleaf) pairs [`host`] keeps (MAP names six).
+const LEAVES: usize = 8;
+
+/// CPUID of (`leaf`, `sub`), from `read` when it holds it; read and kept
+/// otherwise (a full `read` is not extended, only bypassed).
+fn cached_cpuid(read: &mut [Option<(u32, u32, CpuidResult)>], leaf: u32, sub: u32) -> CpuidResult {
+    for entry in read.iter_mut() {
+        match *entry {
+            Some((l, s, r)) if (l, s) == (leaf, sub) => return r,
+            Some(_) => {}
+            None => {
+                let r = cpuid(leaf, sub);
+                *entry = Some((leaf, sub, r));
+                return r;
+            }
+        }
+    }
+    cpuid(leaf, sub)
+}
+
 /// Whether `leaf` is within the range CPUID reports (basic or extended).
 fn leaf_exists(leaf: u32, max_basic: u32, max_ext: u32) -> bool {
     if leaf >= 0x8000_0000 {
@@ -173,11 +193,15 @@ pub(super) fn host() -> CpuModel {
     }
     // Leaf 7 subleaf 1 exists when leaf 7 subleaf 0 says so.
     let max7 = if max_basic >= 7 { cpuid(7, 0).eax } else { 0 };
+    // Each (leaf, subleaf) is read once: in a virtual machine every CPUID
+    // exits to the hypervisor (microseconds each), and MAP names the same
+    // few leaves a hundred times.
+    let mut read: [Option<(u32, u32, CpuidResult)>; LEAVES] = [None; LEAVES];
     for &(f, leaf, sub, reg, bit) in MAP {
         if !leaf_exists(leaf, max_basic, max_ext) || (leaf == 7 && sub > max7) {
             continue;
         }
-        let r = cpuid(leaf, sub);
+        let r = cached_cpuid(&mut read, leaf, sub);
         let v = [r.eax, r.ebx, r.ecx, r.edx][usize::from(reg)];
         if v & (1 << bit) != 0 {
             m = m.with_feature(f);
@@ -417,6 +441,23 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn every_leaf_map_reads_is_read_once() {
+        let mut pairs: alloc::vec::Vec<(u32, u32)> = MAP.iter().map(|m| (m.1, m.2)).collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        assert!(
+            pairs.len() <= LEAVES,
+            "{} leaves for {LEAVES} places",
+            pairs.len()
+        );
+        let mut read = [None; LEAVES];
+        for &(leaf, sub) in pairs.iter().chain(pairs.iter().rev()) {
+            assert_eq!(cached_cpuid(&mut read, leaf, sub), cpuid(leaf, sub));
+        }
+        assert_eq!(read.iter().flatten().count(), pairs.len());
     }
 
     #[test]
