@@ -159,7 +159,7 @@ pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Cl
 /// tids that were traced.
 pub fn close_all(tracer: &Tracer) -> Vec<i32> {
     let mut tids = Vec::new();
-    for slot in tracer.slots.iter() {
+    for slot in tracer.claimed_slots() {
         let tid = slot.tid();
         if tid <= 0 {
             continue;
@@ -186,7 +186,7 @@ pub fn close_all(tracer: &Tracer) -> Vec<i32> {
 ///   A handler merely preempted that long is harmless to poke: one extra
 ///   sample arrives while its trace is open and is ignored.
 pub fn sweep(tracer: &Tracer) {
-    for slot in tracer.slots.iter() {
+    for slot in tracer.claimed_slots() {
         let tid = slot.tid();
         if tid <= 0 {
             continue;
