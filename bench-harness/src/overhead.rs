@@ -267,8 +267,10 @@ fn walls(v: &[Timing]) -> Vec<f64> {
 /// native run's CPU time; the handlers' shares come from the tracer's own
 /// counters (time inside its signal handlers); what remains of the extra
 /// CPU time is the kernel's: debug traps, timer samples, signal delivery
-/// and return, breakpoint moves, and the tracer's worker and writer. A
-/// negative remainder is measurement noise and has its own column.
+/// and return, breakpoint moves, the library's loading and control thread.
+/// The worker thread and the session's start and stop (which writes the
+/// outputs) have their own counters and columns. A negative remainder is
+/// measurement noise and has its own column.
 fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Result<()> {
     let mut t = Table::new(&[
         "workload",
@@ -281,6 +283,7 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
         "decode %",
         "sampling handler %",
         "worker thread %",
+        "start and stop %",
         "of the handlers, emulation %",
         "noise (negative residual) %",
         "samples/run",
@@ -295,6 +298,7 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
         "decoding",
         "sampling handler",
         "worker thread",
+        "start and stop",
     ];
     let mut cats = Vec::new();
     let mut segs: Vec<Vec<Option<f64>>> = vec![Vec::new(); names.len()];
@@ -311,30 +315,26 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
             let n = m.runs[ci].len().max(1) as f64;
             let profiled = m.runs[ci].iter().map(Timing::cpu_s).sum::<f64>() / n;
             let counts = &s.counters;
-            let handlers = [
+            let counted = [
                 counts.breakpoint_ns,
                 counts.decode_ns,
                 counts.sampling_ns,
                 counts.worker_ns,
+                counts.start_stop_ns,
             ]
             .map(|x| x as f64 / n / 1e9);
             // What the native run and the handlers do not explain. When
             // timing noise makes it negative (profiled < native + handlers,
             // as happens at long periods), it is not a cost of the kernel:
             // it is reported as noise, and the kernel's share as 0.
-            let residual = profiled - native - handlers.iter().sum::<f64>();
+            let residual = profiled - native - counted.iter().sum::<f64>();
             let (kernel, noise) = if residual >= 0.0 {
                 (residual, 0.0)
             } else {
                 (0.0, residual)
             };
             let parts = [
-                native,
-                kernel,
-                handlers[0],
-                handlers[1],
-                handlers[2],
-                handlers[3],
+                native, kernel, counted[0], counted[1], counted[2], counted[3], counted[4],
             ];
             // Shares of the profiled CPU time: with the noise column they
             // add up to 100.

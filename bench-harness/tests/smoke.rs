@@ -171,6 +171,7 @@ fn overhead_table_breakdown_and_factors() {
             "decode %",
             "sampling handler %",
             "worker thread %",
+            "start and stop %",
         ]
         .iter()
         .map(|c| num(&r[column(&b, c)]))
@@ -186,6 +187,8 @@ fn overhead_table_breakdown_and_factors() {
             "{r:?}"
         );
         if num(&r[column(&b, "samples/run")]) > 0.0 {
+            // A profiled run started a session and wrote its outputs.
+            assert!(num(&r[column(&b, "start and stop %")]) > 0.0, "{r:?}");
             sampled.insert(r[0].clone());
         }
     }

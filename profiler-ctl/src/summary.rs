@@ -219,13 +219,27 @@ pub fn render(
         let _ = writeln!(out, "  drops: {}", drops.join(", "));
     }
     let times = summary.handler_times();
-    let total: u64 = times.iter().map(|(_, n)| n).sum();
+    // Emulation is time inside the handlers, not a part beside them.
+    let (within, apart): (Vec<_>, Vec<_>) =
+        times.iter().partition(|(name, _)| *name == "emulation_ns");
+    let total: u64 = apart.iter().map(|(_, n)| n).sum();
     if total > 0 {
-        let parts: Vec<String> = times
+        let parts: Vec<String> = apart
             .iter()
             .filter(|(_, n)| *n > 0)
-            .map(|(name, n)| format!("{} {}", format_ns(*n), name.trim_end_matches("_ns")))
+            .map(|(name, n)| {
+                let name = name
+                    .trim_end_matches("_ns")
+                    .replace("start_stop", "start and stop");
+                format!("{} {name}", format_ns(*n))
+            })
             .collect();
+        let emulating = within
+            .iter()
+            .find(|(_, n)| *n > 0)
+            .map_or(String::new(), |(_, n)| {
+                format!("; of the handlers' time, {} emulating", format_ns(*n))
+            });
         let share = if summary.duration_ns > 0 {
             format!(
                 " = {:.1}% of the run's wall time",
@@ -234,11 +248,15 @@ pub fn render(
         } else {
             String::new()
         };
-        let _ = writeln!(out, "  handler time: {}{share}", parts.join(", "));
+        let _ = writeln!(
+            out,
+            "  library time: {}{share}{emulating}",
+            parts.join(", ")
+        );
     }
     if let Some((user, system)) = cpu {
         // Breakpoint and sample signals are kernel work: the system time
-        // shows their cost, which the handler times above do not include.
+        // shows their cost, which the library times above do not include.
         let _ = writeln!(
             out,
             "  program CPU time: {} user, {} system",
@@ -433,7 +451,7 @@ breakdance: profiled `./demo` (pid 4242) for 2.00 s, 1 thread; outputs in /nonex
   traces: 1234 completed of 1300 started; 39488 branches written; 1500 samples
   look-ahead: 20000 breakpoints; s = 0.60 of branches resolved statically, t = 0.25 of the rest taken
   aborts: sp_mismatch 3, thread_exit 2
-  handler time: 12.3 ms sampling, 45.6 ms breakpoint, 2.1 ms decode = 3.0% of the run's wall time
+  library time: 12.3 ms sampling, 45.6 ms breakpoint, 2.1 ms decode = 3.0% of the run's wall time
   program CPU time: 2.10 s user, 350.0 ms system
   files: perf.script, demo.afdo.txt, libc.so.6.afdo.txt, summary.json
   child processes were profiled too, each into its own subdirectory: sh.77/, cat.78/
@@ -489,9 +507,9 @@ next: turn the traces into an AutoFDO profile:
             "{text}"
         );
         assert_eq!(
-            line("handler time:"),
-            "handler time: 12.3 ms sampling, 45.6 ms breakpoint, 30.0 ms emulation = 4.4% of \
-             the run's wall time"
+            line("library time:"),
+            "library time: 12.3 ms sampling, 45.6 ms breakpoint = 2.9% of the run's wall time; \
+             of the handlers' time, 30.0 ms emulating"
         );
     }
 

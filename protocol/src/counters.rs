@@ -110,6 +110,11 @@ macro_rules! for_each_counter {
             /// CPU time of the session's worker thread: aggregating full
             /// buffers, following the mappings, sweeping the thread table.
             worker_ns: Time,
+            /// CPU time of starting and stopping the session, on the
+            /// thread that did each: the tables, the maps, the threads'
+            /// events, and at the stop closing them and writing every
+            /// output but summary.json (written last, with this in it).
+            start_stop_ns: Time,
             /// Emulate mode: instructions the emulator decoded (the
             /// process's shared decoded code, or its thread's own, missed).
             emulation_decodes: Count,
@@ -484,7 +489,8 @@ mod tests {
                 "breakpoint_ns",
                 "decode_ns",
                 "emulation_ns",
-                "worker_ns"
+                "worker_ns",
+                "start_stop_ns"
             ]
         );
         let mut sum = c;

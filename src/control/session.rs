@@ -341,6 +341,7 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     if state.running.is_some() {
         return Err(StartError::AlreadyRunning);
     }
+    let cpu_at_start = sys::thread_cpu_ns();
     let resolved = config::resolve(options, options.event.is_none() && pmu_available())?;
     warm_up();
     let tracer = trace::tracer_or_init();
@@ -448,6 +449,10 @@ pub fn start(options: &Options) -> Result<String, StartError> {
         }
     }
     threads::open_registration(resolved.sampling);
+    trace::counters::Counters::add(
+        &tracer.retired.start_stop_ns,
+        sys::thread_cpu_ns().saturating_sub(cpu_at_start),
+    );
     tracer.epoch.fetch_add(1, Ordering::SeqCst);
     tracer.running.store(true, Ordering::SeqCst);
 
@@ -512,6 +517,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
         redirect(&mut unwritten);
         return write(state, unwritten);
     };
+    let cpu_at_stop = sys::thread_cpu_ns();
     let tracer = trace::tracer_or_init();
     threads::close_registration();
     tracer.running.store(false, Ordering::SeqCst);
@@ -547,6 +553,11 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
         }
     }
     let r = &running.resolved;
+    // The stop so far; `write_session` adds the writing.
+    trace::counters::Counters::add(
+        &tracer.retired.start_stop_ns,
+        sys::thread_cpu_ns().saturating_sub(cpu_at_stop),
+    );
     let counters = tracer.totals();
     let report = SessionReport {
         pid: sys::getpid(),

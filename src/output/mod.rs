@@ -67,6 +67,7 @@ pub fn write_session(
     modules: &[Module],
     force: bool,
 ) -> Result<String, WriteError> {
+    let cpu_at_write = crate::sys::thread_cpu_ns();
     let dir = dir::OutputDir::open(&report.output_dir, force)?;
     let mut used = Vec::new();
     let mut profiles = Vec::new();
@@ -117,6 +118,8 @@ pub fn write_session(
     counters.drops.trace_table_full += agg.traces_not_kept;
     counters.drops.trace_table_full_entries += agg.entries_not_kept;
     counters.drops.load_table_full += agg.loads_not_kept;
+    // This write (a retry after a failed one counts its own).
+    counters.start_stop_ns += crate::sys::thread_cpu_ns().saturating_sub(cpu_at_write);
     let summary = Summary {
         schema: SCHEMA_VERSION,
         pid: report.pid as u32,

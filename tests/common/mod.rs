@@ -377,6 +377,11 @@ pub fn check_summary(rec: &Recording) {
         counter(s, "worker_ns") > 0,
         "the worker's CPU time is missing: {s}"
     );
+    // The session was started and its outputs written: that took time.
+    assert!(
+        counter(s, "start_stop_ns") > 0,
+        "the start and stop's CPU time is missing: {s}"
+    );
     check_reconciles(rec);
     assert!(
         !rec.script.mmaps.is_empty(),
