@@ -2,7 +2,6 @@
 //! Pure functions from the aggregate and the module list to text.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 use breakdance_protocol::elf_layout::ElfLayout;
 use breakdance_protocol::perfscript::{self, Branch, Mmap};
@@ -155,18 +154,19 @@ pub fn module_profile(agg: &Aggregate, module: &Module) -> ModuleProfile {
 /// module's file).
 pub fn afdo_text(p: &ModuleProfile, layout: &ElfLayout) -> String {
     let at = |vaddr: u64| layout.profile_offset(vaddr);
-    let mut out = String::new();
-    let _ = writeln!(out, "{}", p.ranges.len());
-    for (&(b, e), n) in &p.ranges {
-        let _ = writeln!(out, "{:x}-{:x}:{n}", at(b), at(e));
+    let mut out =
+        String::with_capacity(24 * (p.ranges.len() + p.addresses.len() + p.branches.len()) + 64);
+    push_line(&mut out, "", &[], p.ranges.len() as u64, "");
+    for (&(b, e), &n) in &p.ranges {
+        push_line(&mut out, "", &[(at(b), "-"), (at(e), ":")], n, "");
     }
-    let _ = writeln!(out, "{}", p.addresses.len());
-    for (&a, n) in &p.addresses {
-        let _ = writeln!(out, "{:x}:{n}", at(a));
+    push_line(&mut out, "", &[], p.addresses.len() as u64, "");
+    for (&a, &n) in &p.addresses {
+        push_line(&mut out, "", &[(at(a), ":")], n, "");
     }
-    let _ = writeln!(out, "{}", p.branches.len());
-    for (&(f, t), n) in &p.branches {
-        let _ = writeln!(out, "{:x}->{:x}:{n}", at(f), at(t));
+    push_line(&mut out, "", &[], p.branches.len() as u64, "");
+    for (&(f, t), &n) in &p.branches {
+        push_line(&mut out, "", &[(at(f), "->"), (at(t), ":")], n, "");
     }
     out
 }
@@ -178,14 +178,28 @@ pub fn afdo_text(p: &ModuleProfile, layout: &ElfLayout) -> String {
 /// PIE and shared objects, whose first PT_LOAD is at 0). Mispredictions
 /// are unknown (0).
 pub fn bolt_preaggregated(p: &ModuleProfile) -> String {
-    let mut out = String::new();
-    for (&(f, t), n) in &p.branches {
-        let _ = writeln!(out, "B {f:x} {t:x} {n} 0");
+    let mut out = String::with_capacity(32 * (p.branches.len() + p.ranges.len()));
+    for (&(f, t), &n) in &p.branches {
+        push_line(&mut out, "B ", &[(f, " "), (t, " ")], n, " 0");
     }
-    for (&(b, e), n) in &p.ranges {
-        let _ = writeln!(out, "F {b:x} {e:x} {n}");
+    for (&(b, e), &n) in &p.ranges {
+        push_line(&mut out, "F ", &[(b, " "), (e, " ")], n, "");
     }
     out
+}
+
+/// Appends `head`, each hex field (as `{:x}`) followed by its separator,
+/// the decimal `count`, `tail` and a newline: the text profiles' records,
+/// without core::fmt (a SQLite stop writes some 7000 such lines).
+fn push_line(out: &mut String, head: &str, fields: &[(u64, &str)], count: u64, tail: &str) {
+    out.push_str(head);
+    for &(value, sep) in fields {
+        perfscript::push_hex(out, value);
+        out.push_str(sep);
+    }
+    out.push_str(itoa::Buffer::new().format(count));
+    out.push_str(tail);
+    out.push('\n');
 }
 
 #[cfg(test)]
@@ -265,8 +279,8 @@ mod tests {
             "2\n1130-1150:3\n1160-1170:1\n1\n1130:3\n2\n1150->1130:6\n1150->1160:1\n"
         );
         assert_eq!(
-            bolt_preaggregated(&p).lines().next(),
-            Some("B 1150 1130 6 0")
+            bolt_preaggregated(&p),
+            "B 1150 1130 6 0\nB 1150 1160 1 0\nF 1130 1150 3\nF 1160 1170 1\n"
         );
     }
 
