@@ -558,9 +558,7 @@ impl Tracer {
             fd_lock: SpinLock::new(()),
         }
     }
-}
 
-impl Tracer {
     /// Words of the buffer's frame store one trace's call stack may take:
     /// the depth asked for, or a stack snapshot (0 without call stacks).
     /// Async-signal-safe.

@@ -170,7 +170,11 @@ pub(super) fn host() -> CpuModel {
         (0x6874_7541, 0x6974_6e65, 0x444d_4163) => Vendor::Amd,
         _ => Vendor::Other,
     };
-    let sig = cpuid(1, 0).eax;
+    // Each (leaf, subleaf) is read once: in a virtual machine every CPUID
+    // exits to the hypervisor (microseconds each), and MAP names the same
+    // few leaves a hundred times.
+    let mut read: [Option<(u32, u32, CpuidResult)>; LEAVES] = [None; LEAVES];
+    let sig = cached_cpuid(&mut read, 1, 0).eax;
     let base_family = (sig >> 8) & 0xf;
     let base_model = (sig >> 4) & 0xf;
     let family = if base_family == 0xf {
@@ -192,11 +196,11 @@ pub(super) fn host() -> CpuModel {
         m = m.with_feature(f);
     }
     // Leaf 7 subleaf 1 exists when leaf 7 subleaf 0 says so.
-    let max7 = if max_basic >= 7 { cpuid(7, 0).eax } else { 0 };
-    // Each (leaf, subleaf) is read once: in a virtual machine every CPUID
-    // exits to the hypervisor (microseconds each), and MAP names the same
-    // few leaves a hundred times.
-    let mut read: [Option<(u32, u32, CpuidResult)>; LEAVES] = [None; LEAVES];
+    let max7 = if max_basic >= 7 {
+        cached_cpuid(&mut read, 7, 0).eax
+    } else {
+        0
+    };
     for &(f, leaf, sub, reg, bit) in MAP {
         if !leaf_exists(leaf, max_basic, max_ext) || (leaf == 7 && sub > max7) {
             continue;
