@@ -218,7 +218,7 @@ pub fn render(
     if !drops.is_empty() {
         let _ = writeln!(out, "  drops: {}", drops.join(", "));
     }
-    let times = summary.handler_times();
+    let times = summary.time_counters();
     // Emulation is time inside the handlers, not a part beside them.
     let (within, apart): (Vec<_>, Vec<_>) =
         times.iter().partition(|(name, _)| *name == "emulation_ns");

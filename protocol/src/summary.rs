@@ -167,8 +167,9 @@ impl Summary {
         self.counters.drops.entries()
     }
 
-    /// The handlers' time counters, by name.
-    pub fn handler_times(&self) -> Vec<(&'static str, u64)> {
+    /// The time counters, by name: the handlers', the part of them spent
+    /// emulating, the worker's, the start and stop's.
+    pub fn time_counters(&self) -> Vec<(&'static str, u64)> {
         self.counters
             .entries()
             .into_iter()
