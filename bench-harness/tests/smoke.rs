@@ -168,7 +168,6 @@ fn overhead_table_breakdown_and_factors() {
             "application %",
             "kernel traps, signals, other %",
             "breakpoint handler %",
-            "decode %",
             "sampling handler %",
             "worker thread %",
             "start and stop %",
@@ -186,6 +185,15 @@ fn overhead_table_breakdown_and_factors() {
             num(&r[column(&b, "kernel traps, signals, other %")]) >= 0.0,
             "{r:?}"
         );
+        // Decoding and emulation happen inside the handlers.
+        let handlers =
+            num(&r[column(&b, "breakpoint handler %")]) + num(&r[column(&b, "sampling handler %")]);
+        for within in [
+            "of the handlers, emulation %",
+            "of the handlers, decoding %",
+        ] {
+            assert!(num(&r[column(&b, within)]) <= handlers + 0.01, "{r:?}");
+        }
         if num(&r[column(&b, "samples/run")]) > 0.0 {
             // A profiled run started a session and wrote its outputs.
             assert!(num(&r[column(&b, "start and stop %")]) > 0.0, "{r:?}");

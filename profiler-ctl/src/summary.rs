@@ -219,9 +219,11 @@ pub fn render(
         let _ = writeln!(out, "  drops: {}", drops.join(", "));
     }
     let times = summary.time_counters();
-    // Emulation is time inside the handlers, not a part beside them.
-    let (within, apart): (Vec<_>, Vec<_>) =
-        times.iter().partition(|(name, _)| *name == "emulation_ns");
+    // Emulation and decoding are time inside the handlers, not parts
+    // beside them.
+    let (within, apart): (Vec<_>, Vec<_>) = times
+        .iter()
+        .partition(|(name, _)| matches!(*name, "emulation_ns" | "decode_ns"));
     let total: u64 = apart.iter().map(|(_, n)| n).sum();
     if total > 0 {
         let parts: Vec<String> = apart
@@ -234,12 +236,21 @@ pub fn render(
                 format!("{} {name}", format_ns(*n))
             })
             .collect();
-        let emulating = within
-            .iter()
-            .find(|(_, n)| *n > 0)
-            .map_or(String::new(), |(_, n)| {
-                format!("; of the handlers' time, {} emulating", format_ns(*n))
-            });
+        let time_of = |want: &str| {
+            within
+                .iter()
+                .find(|(name, n)| *name == want && *n > 0)
+                .map(|(_, n)| format_ns(*n))
+        };
+        // Emulate mode decodes while it emulates; paper mode while it walks.
+        let emulating = match (time_of("emulation_ns"), time_of("decode_ns")) {
+            (Some(e), Some(d)) => {
+                format!("; of the handlers' time, {e} emulating ({d} of it decoding)")
+            }
+            (Some(e), None) => format!("; of the handlers' time, {e} emulating"),
+            (None, Some(d)) => format!("; of the handlers' time, {d} decoding"),
+            (None, None) => String::new(),
+        };
         let share = if summary.duration_ns > 0 {
             format!(
                 " = {:.1}% of the run's wall time",
@@ -451,7 +462,7 @@ breakdance: profiled `./demo` (pid 4242) for 2.00 s, 1 thread; outputs in /nonex
   traces: 1234 completed of 1300 started; 39488 branches written; 1500 samples
   look-ahead: 20000 breakpoints; s = 0.60 of branches resolved statically, t = 0.25 of the rest taken
   aborts: sp_mismatch 3, thread_exit 2
-  library time: 12.3 ms sampling, 45.6 ms breakpoint, 2.1 ms decode = 3.0% of the run's wall time
+  library time: 12.3 ms sampling, 45.6 ms breakpoint = 2.9% of the run's wall time; of the handlers' time, 2.1 ms decoding
   program CPU time: 2.10 s user, 350.0 ms system
   files: perf.script, demo.afdo.txt, libc.so.6.afdo.txt, summary.json
   child processes were profiled too, each into its own subdirectory: sh.77/, cat.78/
@@ -479,7 +490,7 @@ next: turn the traces into an AutoFDO profile:
             c.speculation_mismatch_registers,
             c.speculation_mismatch_memory,
         ) = (1, 1);
-        (c.decode_ns, c.emulation_ns) = (0, 30_000_000);
+        (c.decode_ns, c.emulation_ns) = (4_000_000, 30_000_000);
         let text = render(&s, Some(Path::new("/work/demo")), &[], None);
         let line = |prefix: &str| {
             text.lines()
@@ -509,7 +520,7 @@ next: turn the traces into an AutoFDO profile:
         assert_eq!(
             line("library time:"),
             "library time: 12.3 ms sampling, 45.6 ms breakpoint = 2.9% of the run's wall time; \
-             of the handlers' time, 30.0 ms emulating"
+             of the handlers' time, 30.0 ms emulating (4.0 ms of it decoding)"
         );
     }
 
