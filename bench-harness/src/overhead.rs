@@ -379,9 +379,10 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
 /// What a trace costs in each mode: breakpoint stops per trace, extra CPU
 /// per trace (the profiled run's CPU time beyond the native one, over its
 /// traces: median over rounds), and for emulate mode the emulator's rates:
-/// nanoseconds per emulated instruction, segments and checkpoints per
-/// trace, and the share of checkpoints that did not match or were never
-/// reached.
+/// nanoseconds per emulated instruction, decodes per 100 instructions run
+/// and decoding's share of the emulation time, segments and checkpoints
+/// per trace, and the share of checkpoints that did not match or were
+/// never reached.
 fn write_trace_cost(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Result<()> {
     let mut t = Table::new(&[
         "workload",
@@ -391,6 +392,8 @@ fn write_trace_cost(rep: &mut Report, all: &[Measured], configs: &[Config]) -> R
         "stops/trace",
         "extra CPU/trace (µs), median (min–max)",
         "emulated ns/instruction",
+        "decodes/100 instructions",
+        "decoding % of emulation",
         "instructions/segment",
         "segments/trace",
         "mismatched checkpoints %",
@@ -434,6 +437,8 @@ fn write_trace_cost(rep: &mut Report, all: &[Measured], configs: &[Config]) -> R
                 ratio(k.breakpoints, k.traces_started),
                 spread(&per_trace),
                 ratio(k.emulation_ns, k.emulated_steps),
+                pct(k.emulation_decodes, k.emulated_steps_run),
+                pct(k.decode_ns, k.emulation_ns),
                 ratio(k.emulated_steps, k.segments),
                 ratio(k.segments, k.traces_started),
                 pct(

@@ -226,6 +226,16 @@ fn overhead_table_breakdown_and_factors() {
             of("paper")
         );
     }
+    // Emulation decodes the code it meets first; decoding is a part of it.
+    let (decodes, decoding) = (
+        column(&c, "decodes/100 instructions"),
+        column(&c, "decoding % of emulation"),
+    );
+    for r in c[1..].iter().filter(|r| r[mode] == "emulate") {
+        assert!(num(&r[decodes]) > 0.0, "{r:?}");
+        let share = num(&r[decoding]);
+        assert!(share > 0.0 && share < 100.0, "{r:?}");
+    }
 }
 
 #[test]

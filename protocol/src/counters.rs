@@ -66,7 +66,9 @@ macro_rules! for_each_counter {
             sampling_ns: Time,
             /// Time in the breakpoint handler.
             breakpoint_ns: Time,
-            /// Of the handlers' time, decoding.
+            /// Of the handlers' time, decoding: paper and verify modes' blocks,
+            /// emulate mode's instructions the decoded code had no record of
+            /// (a part of `emulation_ns`).
             decode_ns: Time,
             /// Paper, verify: straight-line blocks the look-ahead decoded.
             blocks_decoded: Count,

@@ -1517,10 +1517,13 @@ impl Emulator {
         self.cpu.mem.quiet
     }
 
-    /// Instructions decoded since the last call (the decoded-instruction
-    /// cache missed), for the counters.
-    pub fn take_decodes(&mut self) -> u64 {
-        std::mem::take(&mut self.cpu.mem.decodes)
+    /// Instructions decoded since the last call (the decoded code had no
+    /// record of them), and the time decoding them took, for the counters.
+    pub fn take_decodes(&mut self) -> (u64, u64) {
+        (
+            std::mem::take(&mut self.cpu.mem.decodes),
+            self.code.take_decode_ns(),
+        )
     }
 
     /// Steps emulated since the last call, in every pass, and the passes:

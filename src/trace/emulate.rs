@@ -85,7 +85,9 @@ fn run_counted(
 ) -> crate::emulate::Outcome {
     let e0 = sys::raw::clock_ns();
     let outcome = emu.run(sink, wanted, resumed);
-    Counters::add(&c.emulation_decodes, emu.take_decodes());
+    let (decodes, decode_ns) = emu.take_decodes();
+    Counters::add(&c.emulation_decodes, decodes);
+    Counters::add(&c.decode_ns, decode_ns);
     let (steps, passes) = emu.take_steps_run();
     Counters::add(&c.emulated_steps_run, steps);
     Counters::add(&c.emulated_passes, passes);

@@ -382,6 +382,20 @@ pub fn check_summary(rec: &Recording) {
         counter(s, "start_stop_ns") > 0,
         "the start and stop's CPU time is missing: {s}"
     );
+    // Emulation runs inside the handlers, and decoding inside emulation
+    // (emulate mode) or the walk (paper and verify modes).
+    let (emulation, decode) = (counter(s, "emulation_ns"), counter(s, "decode_ns"));
+    let handlers = counter(s, "sampling_ns") + counter(s, "breakpoint_ns");
+    assert!(
+        emulation <= handlers && decode <= handlers,
+        "emulation or decoding outlasts the handlers: {s}"
+    );
+    if emulation > 0 {
+        assert!(decode <= emulation, "decoding outlasts emulation: {s}");
+    }
+    if counter(s, "emulation_decodes") > 0 {
+        assert!(decode > 0, "the emulation decoded, in no time: {s}");
+    }
     check_reconciles(rec);
     assert!(
         !rec.script.mmaps.is_empty(),
