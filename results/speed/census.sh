@@ -8,6 +8,7 @@
 #   results/speed/census.sh > results/speed/census.csv
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
 w=$root/target/workloads
 for f in build/sqlite/baseline/speedtest1 build/bzip2/baseline/bzip2 build/lua/baseline/lua inputs/text-train.txt inputs/bench.lua; do
   [ -e "$w/$f" ] || { echo "census: $w/$f missing: run bench-harness overhead --quick once" >&2; exit 2; }

@@ -909,6 +909,10 @@ impl Emulator {
     /// [`Emulator::run`] between entering and leaving the decoded code.
     fn run_entered(&mut self, sink: &mut impl EntrySink, wanted: usize) -> Outcome {
         self.start = self.cpu.regs;
+        census!(crate::census::touch(
+            &self.start,
+            crate::census::Part::State
+        ));
         let shadow = self.shadow.mark();
         let before = sink.len();
         let mut pass = self.pass(
@@ -1078,6 +1082,42 @@ impl Emulator {
         })
     }
 
+    /// Notes for the census every field of the emulator a pass reads but
+    /// its register files, which are noted where they are copied
+    /// (`start`, `predicted`) or, for the state being run, by the pass.
+    #[cfg(feature = "census")]
+    fn census_fields(&self) {
+        use crate::census::{touch, Part::State};
+        let Emulator {
+            cpu: SpecCpu { regs: _, mem },
+            start: _,
+            visits,
+            code,
+            steps_run,
+            passes_run,
+            callstack_depth,
+            snapshot_stacks,
+            shadow,
+            stack,
+            predicted: _,
+            values,
+            resumed,
+            trust_quiet,
+        } = self;
+        touch(mem, State);
+        touch(visits, State);
+        touch(code, State);
+        touch(steps_run, State);
+        touch(passes_run, State);
+        touch(callstack_depth, State);
+        touch(snapshot_stacks, State);
+        touch(shadow, State);
+        touch(stack, State);
+        touch(values, State);
+        touch(resumed, State);
+        touch(trust_quiet, State);
+    }
+
     /// Breakpoint hits at `at` until the thread is where the pass ended: one
     /// per visit of the pass, and the last (see [`Emulator::hits_after`]).
     fn hits_at(&self, at: u64) -> u32 {
@@ -1102,11 +1142,7 @@ impl Emulator {
             &self.cpu.regs,
             crate::census::Part::State
         ));
-        census!(crate::census::touch(&*self, crate::census::Part::State));
-        census!(crate::census::touch(
-            &self.cpu.mem,
-            crate::census::Part::State
-        ));
+        census!(self.census_fields());
         self.passes_run += 1;
         let mut arrivals = 0u32;
         self.cpu.mem.live.reset();
