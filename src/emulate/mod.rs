@@ -1066,11 +1066,15 @@ impl Emulator {
             return Outcome::End(AbortReason::LookaheadLimit);
         }
         let hits = self.hits_at(at);
-        self.predicted = self.cpu.regs;
-        census!(crate::census::touch(
-            &self.predicted,
-            crate::census::Part::State
-        ));
+        if !proven {
+            // Only a checkpoint reads it: a proven segment arms none, and
+            // the register file is 2.4 KiB (zmm0–31) to write.
+            self.predicted = self.cpu.regs;
+            census!(crate::census::touch(
+                &self.predicted,
+                crate::census::Part::State
+            ));
+        }
         Outcome::Segment(Segment {
             at,
             hits,
