@@ -10,23 +10,10 @@
 //! may say "maybe" for an address never visited (two addresses sharing a
 //! bit), never "no" for one visited: a fresh point it reports is fresh.
 //!
-//! The log takes 4 bytes a step, not 8: an address is kept as its offset
-//! in one of [`REGIONS`] 1 GiB regions, numbered as the segment first
-//! meets them (a program's code and its libraries' usually lie in two).
-//! An address in a further region goes to an overflow log of full
-//! addresses, as long as the log itself, so that counts stay exact.
-//!
 //! Async-signal-safe: fixed arrays, no allocation.
 
 /// Addresses the log holds: the instruction budget of a segment.
 pub const VISIT_LOG: usize = super::MAX_SEGMENT_INSTRUCTIONS as usize;
-/// Regions a segment's log entries name (the entry's top two bits; the
-/// fourth value marks an address kept in the overflow log).
-const REGIONS: usize = 3;
-/// log2 of a region's size.
-const REGION_BITS: u32 = 30;
-/// The entry of an address in no region: never an address's entry.
-const FAR: u32 = (REGIONS as u32) << REGION_BITS;
 const FILTER_BITS: usize = 4096;
 /// Saturating visit counters, one per hash of the address (see
 /// [`Visits::at_least`]).
@@ -34,15 +21,8 @@ const COUNTERS: usize = 1024;
 
 #[derive(bytemuck::Zeroable)]
 pub struct Visits {
-    /// The visits in order, each as [`Visits::entry`] made it.
-    log: [u32; VISIT_LOG],
+    log: [u64; VISIT_LOG],
     len: usize,
-    /// The regions (address >> [`REGION_BITS`]) the entries name.
-    regions: [u64; REGIONS],
-    regions_used: usize,
-    /// Visits to addresses in no region, in order.
-    far: [u64; VISIT_LOG],
-    far_len: usize,
     filter: [u64; FILTER_BITS / 64],
     /// Each counter is at least the arrivals by a taken branch
     /// ([`Visits::arrive`]) at every address that hashes to it: a bound,
@@ -71,7 +51,7 @@ fn counter(addr: u64) -> usize {
 }
 
 impl Visits {
-    /// An empty log, zeroed on the heap directly (24 KiB: too much for a
+    /// An empty log, zeroed on the heap directly (16 KiB: too much for a
     /// small thread stack, where registration runs).
     pub fn new() -> Box<Visits> {
         bytemuck::zeroed_box::<Visits>()
@@ -88,13 +68,7 @@ impl Visits {
             crate::census::Part::Visits
         ));
         census!(crate::census::touch(&self.len, crate::census::Part::Visits));
-        census!(crate::census::touch(
-            &self.regions,
-            crate::census::Part::Visits
-        ));
         self.len = 0;
-        self.regions_used = 0;
-        self.far_len = 0;
         self.filter.fill(0);
         self.counters.fill(0);
     }
@@ -107,44 +81,14 @@ impl Visits {
         let (word, mask) = bit(addr);
         let fresh = self.filter[word] & mask == 0;
         self.filter[word] |= mask;
+        census!(if self.len < VISIT_LOG {
+            crate::census::touch(&self.log[self.len], crate::census::Part::Visits);
+        });
         if self.len < VISIT_LOG {
-            let entry = match self.entry(addr) {
-                Some(e) => e,
-                None if self.regions_used < REGIONS => {
-                    self.regions[self.regions_used] = addr >> REGION_BITS;
-                    self.regions_used += 1;
-                    self.entry(addr).unwrap_or(FAR)
-                }
-                None => {
-                    census!(crate::census::touch(
-                        &self.far[self.far_len],
-                        crate::census::Part::Visits
-                    ));
-                    // One far entry at most per log entry: room is left.
-                    self.far[self.far_len] = addr;
-                    self.far_len += 1;
-                    FAR
-                }
-            };
-            census!(crate::census::touch(
-                &self.log[self.len],
-                crate::census::Part::Visits
-            ));
-            self.log[self.len] = entry;
+            self.log[self.len] = addr;
             self.len += 1;
         }
         fresh
-    }
-
-    /// The log entry of `addr`, if its region has a number.
-    #[inline(always)]
-    fn entry(&self, addr: u64) -> Option<u32> {
-        let region = addr >> REGION_BITS;
-        let offset = (addr & ((1 << REGION_BITS) - 1)) as u32;
-        self.regions[..self.regions_used]
-            .iter()
-            .position(|&r| r == region)
-            .map(|n| ((n as u32) << REGION_BITS) | offset)
     }
 
     /// Whether the path has surely not been at `addr` in this segment.
@@ -181,25 +125,11 @@ impl Visits {
         if self.surely_new(addr) {
             return 0;
         }
-        match self.entry(addr) {
-            Some(entry) => {
-                census!(crate::census::touch(
-                    &self.log[..self.len],
-                    crate::census::Part::Visits
-                ));
-                self.log[..self.len].iter().filter(|&&e| e == entry).count() as u32
-            }
-            None => {
-                census!(crate::census::touch(
-                    &self.far[..self.far_len],
-                    crate::census::Part::Visits
-                ));
-                self.far[..self.far_len]
-                    .iter()
-                    .filter(|&&a| a == addr)
-                    .count() as u32
-            }
-        }
+        census!(crate::census::touch(
+            &self.log[..self.len],
+            crate::census::Part::Visits
+        ));
+        self.log[..self.len].iter().filter(|&&a| a == addr).count() as u32
     }
 }
 
@@ -237,46 +167,6 @@ mod tests {
         assert!(!v.at_least(0x90_0000, 1));
         v.reset();
         assert!(!v.at_least(0x40_0000, 1));
-    }
-
-    #[test]
-    fn counts_stay_exact_across_regions_and_past_them() {
-        let mut v = Visits::new();
-        // Five regions, each 1 GiB apart, and in each the same offset: only
-        // the first three get a number, the rest go to the overflow log.
-        let at = |region: u64, i: u64| (0x5555_0000_0000 + (region << 30)) + 0x1234 + 4 * i;
-        for round in 0..3u64 {
-            for region in 0..5u64 {
-                for i in 0..=region {
-                    v.visit(at(region, i));
-                }
-            }
-            for region in 0..5u64 {
-                assert_eq!(v.count(at(region, 0)), round as u32 + 1, "region {region}");
-                assert_eq!(v.count(at(region, region)), round as u32 + 1);
-                assert_eq!(v.count(at(region, region + 1)), 0);
-            }
-        }
-        // An address one region past a numbered one, at the same offset.
-        assert_eq!(v.count(at(7, 0)), 0);
-        assert!(v.complete());
-        v.reset();
-        for region in 0..5u64 {
-            assert_eq!(v.count(at(region, 0)), 0);
-        }
-        // The regions are numbered anew after a reset.
-        v.visit(at(4, 0));
-        assert_eq!((v.count(at(4, 0)), v.count(at(0, 0))), (1, 0));
-    }
-
-    #[test]
-    fn a_full_log_of_far_addresses_fits() {
-        let mut v = Visits::new();
-        for i in 0..VISIT_LOG as u64 + 10 {
-            v.visit((i % 8) << 40 | 0x1000);
-        }
-        assert!(!v.complete());
-        assert_eq!(v.count(5 << 40 | 0x1000), VISIT_LOG as u32 / 8);
     }
 
     #[test]
