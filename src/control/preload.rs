@@ -174,8 +174,12 @@ extern "C" fn init() {
         return;
     }
     crate::panic::install_hook();
-    if env("BREAKDANCE_FAILPOINT").as_deref() == Some("sample-panic") {
-        crate::trace::handler::PANIC_AT_SAMPLE.store(true, Ordering::Relaxed);
+    match env("BREAKDANCE_FAILPOINT").as_deref() {
+        Some("sample-panic") => {
+            crate::trace::handler::PANIC_AT_SAMPLE.store(true, Ordering::Relaxed);
+        }
+        Some("slow-handler") => crate::trace::set_slow_handler(),
+        _ => {}
     }
     crate::trace::set_measure(env("BREAKDANCE_MEASURE").as_deref());
     sys::warm_sigaction();

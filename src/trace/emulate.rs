@@ -193,13 +193,15 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
             // The sample came as the handler that proved the segment
             // returned (it fell due while that handler ran): the thread
             // has run none of the segment yet, and a handler pending with
-            // it would run next. Settled at the next sample.
+            // it would run next. Settled at the next sample, which must be
+            // armed again: this one used the event's one overflow, and no
+            // trace is open to arm it.
             t.unsettled = Some(Unsettled {
                 deferred: true,
                 ..u
             });
             Counters::bump(&c.samples_in_trace);
-            resume_sampling(t);
+            rearm_sampling(t);
             Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
             return;
         }
@@ -418,7 +420,20 @@ fn hold_unsettled(t: &mut ThreadTrace, u: Unsettled) {
     t.unsettled = Some(u);
     disarm_breakpoint(t);
     resume_sampling(t);
+    if SLOW_HANDLER.load(Ordering::Relaxed) && t.period != 0 {
+        let until = sys::thread_cpu_ns().saturating_add(5 * t.period);
+        while sys::thread_cpu_ns() < until {
+            std::hint::spin_loop();
+        }
+    }
 }
+
+/// Set by `BREAKDANCE_FAILPOINT=slow-handler` (for tests only): a handler
+/// that leaves a segment to be settled then spins for five sampling
+/// periods of the thread's CPU, so that the next sample falls due before
+/// it returns, as it does under load or on a slow machine.
+pub(crate) static SLOW_HANDLER: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// Settles the open trace's last segment, proven (wholly or past its
 /// checkpoint) by the process being quiet (see [`Unsettled`]), at the

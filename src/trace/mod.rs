@@ -727,6 +727,12 @@ pub(crate) fn set_measure(value: Option<&str>) {
     emulate::MEASURE.store(m, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// `BREAKDANCE_FAILPOINT=slow-handler` (tests only; see
+/// `emulate::SLOW_HANDLER`).
+pub(crate) fn set_slow_handler() {
+    emulate::SLOW_HANDLER.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
