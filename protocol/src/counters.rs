@@ -67,7 +67,8 @@ macro_rules! for_each_counter {
             /// Time in the breakpoint handler.
             breakpoint_ns: Time,
             /// Of the handlers' time, decoding: paper and verify modes' blocks,
-            /// emulate mode's instructions the decoded code had no record of
+            /// emulate mode's instructions the decoded code had no record of,
+            /// from the index probe that missed to the records published
             /// (a part of `emulation_ns`).
             decode_ns: Time,
             /// Paper, verify: straight-line blocks the look-ahead decoded.
@@ -118,7 +119,8 @@ macro_rules! for_each_counter {
             /// output but summary.json (written last, with this in it).
             start_stop_ns: Time,
             /// Emulate mode: instructions the emulator decoded (the
-            /// process's shared decoded code, or its thread's own, missed).
+            /// process's shared decoded code, or its thread's own, missed;
+            /// a miss in the shared code decodes the rest of its block).
             emulation_decodes: Count,
             /// Emulate mode: segments that completed the trace reading only
             /// memory no other thread can change (see `emulate::Segment::proven`), so

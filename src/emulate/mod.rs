@@ -129,8 +129,6 @@ pub struct SpecMemory {
     /// A quiet run read memory the table does not know (mapped since it
     /// was made): the worker is asked to look at the maps again.
     unmapped_read: bool,
-    /// Instructions decoded (the decoded-instruction cache missed).
-    pub decodes: u64,
     /// Reads the step being run made of memory another thread could
     /// change (neither the segment's own stores nor immutable memory): how
     /// many, and the first one's address. A segment proves itself only
@@ -278,7 +276,10 @@ impl x86_sem::Memory for SpecMemory {
     }
 
     fn fetch(&mut self, addr: u64, buf: &mut [u8; 15]) -> usize {
-        self.decodes += 1;
+        self.fetch_run(addr, buf)
+    }
+
+    fn fetch_run(&mut self, addr: u64, buf: &mut [u8]) -> usize {
         let Some((_, end)) = self.exec_range(addr) else {
             return 0;
         };
@@ -656,7 +657,6 @@ impl Emulator {
                 rseq_area: (0, 0),
                 heap: (0, 0),
                 unmapped_read: false,
-                decodes: 0,
                 step_mutable_reads: 0,
                 step_mutable_addr: 0,
                 step_reads: 0,
@@ -1560,10 +1560,7 @@ impl Emulator {
     /// Instructions decoded since the last call (the decoded code had no
     /// record of them), and the time decoding them took, for the counters.
     pub fn take_decodes(&mut self) -> (u64, u64) {
-        (
-            std::mem::take(&mut self.cpu.mem.decodes),
-            self.code.take_decode_ns(),
-        )
+        self.code.take_decodes()
     }
 
     /// Steps emulated since the last call, in every pass, and the passes:

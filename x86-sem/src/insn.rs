@@ -137,6 +137,36 @@ impl Insn {
         Some(Insn::resolve(instr))
     }
 
+    /// Decodes the instructions that follow one another from `ip` in
+    /// `bytes` into `out`: the one at `ip`, then the next, up to and
+    /// including the first that does not fall through (a branch, call,
+    /// return or interrupt), the first the bytes do not hold whole and
+    /// valid (not included), or `out`'s length. Returns how many were
+    /// decoded: 0 when `bytes` does not start with a valid instruction.
+    ///
+    /// A run of a block is what a caller that met a new instruction is
+    /// about to execute, barring a fault: decoding it at once reads the
+    /// code and sets up the decoder once.
+    #[must_use]
+    pub fn decode_run(ip: u64, bytes: &[u8], out: &mut [Insn]) -> usize {
+        let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+        let mut instr = Instruction::default();
+        let mut n = 0;
+        while n < out.len() && decoder.can_decode() {
+            decoder.decode_out(&mut instr);
+            if instr.is_invalid() {
+                break;
+            }
+            let insn = Insn::resolve(instr);
+            out[n] = insn;
+            n += 1;
+            if !insn.falls_through() {
+                break;
+            }
+        }
+        n
+    }
+
     /// Reads the instruction at `ip` from `mem` (through
     /// [`Memory::fetch`](crate::Memory::fetch)) and decodes it.
     ///
@@ -419,6 +449,32 @@ mod tests {
         assert_eq!(resolve(&[0x8b, 0x40, 0x10], 0).rip_relative_address(), None);
         assert_eq!(i.gpr_operand(0), Some(0));
         assert_eq!(i.gpr_operand(1), None);
+    }
+
+    #[test]
+    fn a_run_ends_after_its_block_or_its_bytes() {
+        // mov eax, ebx; inc eax; jmp $; nop: three, ending at the jmp.
+        let code = [0x89, 0xd8, 0xff, 0xc0, 0xeb, 0xfe, 0x90];
+        let mut out = [Insn::empty(); 8];
+        assert_eq!(Insn::decode_run(0x1000, &code, &mut out), 3);
+        assert_eq!(
+            [out[0].ip(), out[1].ip(), out[2].ip()],
+            [0x1000, 0x1002, 0x1004]
+        );
+        assert!(!out[2].falls_through());
+        // Bytes that end inside an instruction: the whole ones only.
+        assert_eq!(Insn::decode_run(0x1000, &code[..5], &mut out), 2);
+        // Room for two: two.
+        assert_eq!(Insn::decode_run(0x1000, &code, &mut out[..2]), 2);
+        // An invalid instruction (ud0 without its ModRM) stops the run
+        // before it; at the start, nothing.
+        assert_eq!(Insn::decode_run(0x1000, &[0x90, 0x0f, 0xff], &mut out), 1);
+        assert_eq!(Insn::decode_run(0x1000, &[0x0f, 0xff], &mut out), 0);
+        // A call ends a run: what follows it may be data.
+        assert_eq!(
+            Insn::decode_run(0, &[0x90, 0xe8, 0, 0, 0, 0, 0x90], &mut out),
+            2
+        );
     }
 
     #[test]

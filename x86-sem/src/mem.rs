@@ -43,6 +43,17 @@ pub trait Memory {
     /// returns how many are executable (0 if `addr` is not).
     fn fetch(&mut self, addr: u64, buf: &mut [u8; 15]) -> usize;
 
+    /// Copies up to `buf.len()` code bytes at `addr`, for decoding a run of
+    /// instructions at once (see [`Insn::decode_run`](crate::Insn::decode_run));
+    /// returns how many are executable. The default reads through
+    /// [`Memory::fetch`], 15 bytes at most.
+    fn fetch_run(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        let mut first = [0u8; 15];
+        let n = self.fetch(addr, &mut first).min(buf.len()).min(15);
+        buf[..n].copy_from_slice(&first[..n]);
+        n
+    }
+
     /// Reads `buf.len()` bytes (16, 32 or 64 for vector operands) at `addr`.
     /// The default reads 8-byte pieces with [`Memory::load`].
     ///
