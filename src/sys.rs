@@ -144,6 +144,45 @@ pub fn thread_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// CPU time thread `tid` of this process has used, in ns; `None` when it
+/// is gone. Async-signal-safe.
+pub fn thread_cpu_ns_of(tid: i32) -> Option<u64> {
+    // The kernel's clock id for a thread's CPU clock, as glibc's
+    // pthread_getcpuclockid makes it: the tid inverted and shifted, with
+    // CPUCLOCK_SCHED (2) and the per-thread bit (4).
+    let id: libc::clockid_t = ((!tid) << 3) | 6;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// How long `fd`'s event has been enabled, from a read of an event opened
+/// with `PERF_FORMAT_TOTAL_TIME_ENABLED` alone: for a thread's event, the
+/// thread's CPU time while the event was on (the context's clock runs only
+/// while the thread does). Async-signal-safe.
+pub fn perf_time_enabled(fd: RawFd) -> Option<u64> {
+    let mut v = [0u64; 2];
+    // SAFETY: reads at most 16 bytes into v.
+    let n = unsafe { libc::read(fd, v.as_mut_ptr().cast(), 16) };
+    (n == 16).then_some(v[1])
+}
+
+/// Whether a SIGTRAP waits for the calling thread (blocked, as in one of
+/// its handlers). Async-signal-safe.
+pub fn sigtrap_pending() -> bool {
+    // SAFETY: set is a valid out-pointer, initialised by sigpending.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigpending(&mut set) == 0 && libc::sigismember(&set, libc::SIGTRAP) == 1
+    }
+}
+
 /// Monotonic time in nanoseconds. Async-signal-safe.
 pub fn now_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)

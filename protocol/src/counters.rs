@@ -19,8 +19,11 @@ use serde::{Deserialize, Serialize};
 pub enum CounterKind {
     /// Events.
     Count,
-    /// Nanoseconds spent.
+    /// Nanoseconds the library spent.
     Time,
+    /// Nanoseconds of the traced threads' own CPU time (not the
+    /// library's: kept out of its time).
+    ThreadCpu,
 }
 
 /// Calls `$callback! { counts { $(#[doc] name: Kind,)* } drops { $(#[doc]
@@ -118,6 +121,15 @@ macro_rules! for_each_counter {
             /// events, and at the stop closing them and writing every
             /// output but summary.json (written last, with this in it).
             start_stop_ns: Time,
+            /// CPU time of the traced threads from their registration to
+            /// the close of their slot (threads whose CPU clock could still
+            /// be read then; not those already gone).
+            threads_cpu_ns: ThreadCpu,
+            /// Of `threads_cpu_ns`, the time a thread ran with its sampling
+            /// event off: from each sample to the handler that arms the
+            /// next (microseconds), and any stretch where nothing armed it
+            /// again, when the thread could take no sample at all.
+            sampling_off_ns: ThreadCpu,
             /// Emulate mode: instructions the emulator decoded (the
             /// process's shared decoded code, or its thread's own, missed;
             /// a miss in the shared code decodes the rest of its block).

@@ -421,17 +421,18 @@ fn hold_unsettled(t: &mut ThreadTrace, u: Unsettled) {
     disarm_breakpoint(t);
     resume_sampling(t);
     if SLOW_HANDLER.load(Ordering::Relaxed) && t.period != 0 {
-        let until = sys::thread_cpu_ns().saturating_add(5 * t.period);
-        while sys::thread_cpu_ns() < until {
+        let until = sys::thread_cpu_ns().saturating_add(10 * t.period);
+        while !sys::sigtrap_pending() && sys::thread_cpu_ns() < until {
             std::hint::spin_loop();
         }
     }
 }
 
 /// Set by `BREAKDANCE_FAILPOINT=slow-handler` (for tests only): a handler
-/// that leaves a segment to be settled then spins for five sampling
-/// periods of the thread's CPU, so that the next sample falls due before
-/// it returns, as it does under load or on a slow machine.
+/// that leaves a segment to be settled then spins until the next sample
+/// falls due (ten sampling periods of the thread's CPU at most), so that
+/// the sample comes as it returns, as it does under load or on a slow
+/// machine.
 pub(crate) static SLOW_HANDLER: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 

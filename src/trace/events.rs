@@ -60,6 +60,9 @@ pub fn sampling_attr(event: &SamplingEvent) -> sys::PerfEventAttr {
     } else {
         attr.__bindgen_anon_1.sample_period = event.period;
     }
+    // Read at the thread's close: how long sampling was on (see
+    // `sampling_off_ns`).
+    attr.read_format = u64::from(pb::PERF_FORMAT_TOTAL_TIME_ENABLED);
     common_flags(&mut attr, SAMPLE_TAG);
     attr
 }

@@ -264,6 +264,9 @@ pub struct ThreadTrace {
     /// checked at checkpoints as in a noisy process.
     pub runs_at_sample: u64,
     pub handlers_recent: bool,
+    /// The thread's CPU clock when its sampling was first armed (see
+    /// `threads::close`, `sampling_off_ns`).
+    pub cpu_at_register: Option<u64>,
 }
 
 /// A trace's last segment, proven by quietness (wholly, or its tail past
@@ -313,6 +316,7 @@ impl ThreadTrace {
             unsettled: None,
             runs_at_sample: 0,
             handlers_recent: false,
+            cpu_at_register: None,
         }
     }
 }

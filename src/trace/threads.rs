@@ -11,7 +11,10 @@ use crate::sys::{self, Errno};
 
 pub use super::events::SamplingEvent;
 use super::events::{breakpoint_attr, sampling_attr};
-use super::{Closer, Closing, ThreadSlot, Tracer, BUSY, CLOSED, FREE, READY, TID_TOMBSTONE};
+use super::{
+    Closer, Closing, Counters, ThreadSlot, ThreadTrace, Tracer, BUSY, CLOSED, FREE, READY,
+    TID_TOMBSTONE,
+};
 
 /// Why a thread could not be traced.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +89,7 @@ pub fn register<'t>(
     // Armed while the slot is still ours alone (SETUP): once it is READY a
     // stop may close it, and these descriptors with it, at any moment.
     let entries = slot.entries.load(Ordering::SeqCst);
+    t.cpu_at_register = sys::thread_cpu_ns_of(tid);
     if let Err(e) = sys::perf_refresh(raw, 1) {
         t.bp_fd = None;
         t.sample_fd = None;
@@ -106,6 +110,24 @@ pub fn register<'t>(
     }
     tracer.threads_registered.fetch_add(1, Ordering::Relaxed);
     Ok(Some(slot))
+}
+
+/// Adds the thread's CPU time since its registration to `threads_cpu_ns`,
+/// and the part of it its sampling event was off to `sampling_off_ns`;
+/// nothing for a thread already gone (its clock reads no more).
+fn count_sampling_off(slot: &ThreadSlot, t: &mut ThreadTrace) {
+    let (Some(fd), Some(c0)) = (t.sample_fd.as_ref(), t.cpu_at_register.take()) else {
+        return;
+    };
+    let (Some(on), Some(now)) = (
+        sys::perf_time_enabled(fd.as_raw_fd()),
+        sys::thread_cpu_ns_of(slot.tid()),
+    ) else {
+        return;
+    };
+    let ran = now.saturating_sub(c0);
+    Counters::add(&slot.counters.threads_cpu_ns, ran);
+    Counters::add(&slot.counters.sampling_off_ns, ran.saturating_sub(on));
 }
 
 /// Stops tracing the slot's thread: takes the slot (see [`Closer`]), closes
@@ -130,6 +152,7 @@ pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Cl
         super::emulate::settle_passed(t, &slot.counters);
     }
     super::ends::close_open_trace(t, &slot.counters, TraceEnd::Aborted(reason));
+    count_sampling_off(slot, t);
     // Closing the fds disables both events.
     tracer.fd_lock.with(|_| {
         slot.sample_fd.store(-1, Ordering::Relaxed);

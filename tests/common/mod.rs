@@ -396,6 +396,18 @@ pub fn check_summary(rec: &Recording) {
     if counter(s, "emulation_decodes") > 0 {
         assert!(decode > 0, "the emulation decoded, in no time: {s}");
     }
+    // A thread's sampling is off only from a sample to the handler that
+    // arms the next; a thread whose event nothing armed again ran with it
+    // off for good (results/speed, ninth round). Judged once the threads
+    // ran 20 ms.
+    let (ran, off) = (counter(s, "threads_cpu_ns"), counter(s, "sampling_off_ns"));
+    assert!(off <= ran, "sampling off longer than the threads ran: {s}");
+    if ran >= 20_000_000 {
+        assert!(
+            off * 2 <= ran,
+            "sampling was off for {off} ns of the threads' {ran} ns of CPU: {s}"
+        );
+    }
     check_reconciles(rec);
     assert!(
         !rec.script.mmaps.is_empty(),
