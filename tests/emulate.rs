@@ -25,12 +25,24 @@ fn record_checked(
     extra: &[&str],
     out: &Path,
 ) -> Recording {
+    record_checked_env(tracer, binary, args, extra, &[], out)
+}
+
+/// As [`record_checked`], with `envs` set for the recorded run.
+fn record_checked_env(
+    tracer: &Tracer,
+    binary: &Path,
+    args: &[&str],
+    extra: &[&str],
+    envs: &[(&str, &OsStr)],
+    out: &Path,
+) -> Recording {
     let name = binary.file_name().unwrap().to_string_lossy().into_owned();
     let native = run_native(binary, args, &[]);
     assert!(native.status.success(), "{native:?}");
     let mut options = vec!["--lookahead", "emulate"];
     options.extend_from_slice(extra);
-    let profiled = record_with(tracer, out, PERIOD_NS, &options, binary, args, &[]);
+    let profiled = record_with(tracer, out, PERIOD_NS, &options, binary, args, envs);
     assert_same_behaviour(&name, &native, &profiled);
     let rec = load(out);
     check_summary(&rec);
@@ -472,23 +484,14 @@ fn sampling_goes_on_after_a_sample_that_fell_due_in_the_handler() {
     };
     let dir = Scratch::new("deferred");
     let binary = values_program(&clang, &dir);
-    let args = ["20000", "handler"];
-    let native = run_native(&binary, &args, &[]);
-    assert!(native.status.success(), "{native:?}");
-    let out = dir.path("rec");
-    let profiled = record_with(
+    let rec = record_checked_env(
         &tracer,
-        &out,
-        PERIOD_NS,
-        &["--lookahead", "emulate", "--lbr", "128"],
         &binary,
-        &args,
+        &["20000", "handler"],
+        &["--lbr", "128"],
         &[("BREAKDANCE_FAILPOINT", OsStr::new("slow-handler"))],
+        &dir.path("rec"),
     );
-    assert_same_behaviour("values", &native, &profiled);
-    let rec = load(&out);
-    check_summary(&rec);
-    assert_valid_traces("values", &rec);
     let s = &rec.summary;
     let (deferred, settled) = (
         counter(s, "samples_in_trace"),
