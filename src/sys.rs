@@ -130,13 +130,21 @@ pub fn tgkill(tid: i32, sig: i32) -> Result<(), Errno> {
 /// Clock `id` in nanoseconds. Async-signal-safe (clock_gettime is on the
 /// POSIX list; on Linux it is a vDSO call).
 fn clock_ns(id: libc::clockid_t) -> u64 {
+    read_clock(id).unwrap_or(0)
+}
+
+/// Clock `id` in ns; `None` where it cannot be read (another thread's CPU
+/// clock once the thread is gone). Async-signal-safe.
+fn read_clock(id: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: ts is a valid out-pointer.
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// CPU time the calling thread has used, in ns.
@@ -150,16 +158,7 @@ pub fn thread_cpu_ns_of(tid: i32) -> Option<u64> {
     // The kernel's clock id for a thread's CPU clock, as glibc's
     // pthread_getcpuclockid makes it: the tid inverted and shifted, with
     // CPUCLOCK_SCHED (2) and the per-thread bit (4).
-    let id: libc::clockid_t = ((!tid) << 3) | 6;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer.
-    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
-        return None;
-    }
-    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    read_clock(((!tid) << 3) | 6)
 }
 
 /// How long `fd`'s event has been enabled, from a read of an event opened
