@@ -118,7 +118,8 @@ fn sampling_coverage(threads_cpu_ns: u64, off_ns: u64) -> Option<String> {
     if off > SAMPLING_OFF_WARNING {
         line.push_str(&format!(
             "\nwarning: sampling was off for {} of it: samples were lost, and the profile \
-             under-represents that time (a bug: please report it)",
+             under-represents that time (a thread that blocks every signal for long does \
+             this; otherwise it is a bug in breakdance: please report it)",
             format_ns(off_ns)
         ));
     }
