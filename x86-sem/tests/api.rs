@@ -68,6 +68,21 @@ fn cache() -> DecodeCache<Vec<Insn>> {
 }
 
 #[test]
+fn a_run_is_fetched_through_fetch_by_default_and_decoded_to_its_branch() {
+    // mov eax, ebx; inc eax; jmp $; then zeros.
+    let mut m = Flat::with_code(&[0x89, 0xd8, 0xff, 0xc0, 0xeb, 0xfe]);
+    let mut bytes = [0u8; 64];
+    // The default reads one fetch's worth, 15 bytes at most.
+    assert_eq!(m.fetch_run(BASE, &mut bytes), 15);
+    assert_eq!(m.fetch_run(BASE, &mut bytes[..4]), 4);
+    assert_eq!(m.fetch_run(0, &mut bytes), 0);
+    let got = m.fetch_run(BASE, &mut bytes);
+    let mut run = [Insn::empty(); 8];
+    assert_eq!(Insn::decode_run(BASE, &bytes[..got], &mut run), 3);
+    assert_eq!(run[2].ip(), BASE + 4);
+}
+
+#[test]
 fn the_cache_needs_a_power_of_two_and_forgets_what_it_is_told() {
     assert!(DecodeCache::new(vec![Insn::empty(); 48]).is_err());
     assert!(DecodeCache::new(Vec::<Insn>::new()).is_err());
