@@ -25,8 +25,10 @@ use std::fmt::Write as _;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u8)]
 pub enum Part {
-    /// Decoded-code records, the shared index, the private cache.
+    /// Decoded-code records and the private cache.
     Code = 1,
+    /// The shared table's index of records.
+    Index,
     /// The load log, the store overlay, the undo log and their indexes.
     Memory,
     /// The visit log, filter and counters.
@@ -43,9 +45,9 @@ pub enum Part {
     App,
 }
 
-const PARTS: usize = 9;
+const PARTS: usize = 10;
 const NAMES: [&str; PARTS] = [
-    "", "code", "memory", "visits", "state", "tables", "buffer", "stack", "app",
+    "", "code", "index", "memory", "visits", "state", "tables", "buffer", "stack", "app",
 ];
 /// Lines one trace may touch before the census stops counting it.
 const SLOTS: usize = 1 << 15;

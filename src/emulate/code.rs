@@ -181,7 +181,7 @@ impl SharedCode {
             let v = self.index[(home + p) & (INDEX_SLOTS - 1)].load(Ordering::Acquire);
             census!(crate::census::touch(
                 &self.index[(home + p) & (INDEX_SLOTS - 1)],
-                crate::census::Part::Code
+                crate::census::Part::Index
             ));
             if v == 0 {
                 return None;
@@ -237,7 +237,9 @@ impl SharedCode {
         // Each follower's index line is as cold as the first one's was,
         // and its probe below would wait for it: ask for them all at once.
         for insn in &run[1..n] {
-            prefetch(&self.index[Self::home(insn.ip()) & (INDEX_SLOTS - 1)]);
+            let slot = &self.index[Self::home(insn.ip()) & (INDEX_SLOTS - 1)];
+            census!(crate::census::touch(slot, crate::census::Part::Index));
+            prefetch(slot);
         }
         let Some(first) = self.publish(&run[0]) else {
             return Ok((None, 0));
@@ -273,10 +275,12 @@ impl SharedCode {
             let to = record.insn.get().cast::<u8>();
             std::ptr::copy_nonoverlapping(from.add(8), to.add(8), std::mem::size_of::<Insn>() - 8);
         }
+        census!(crate::census::touch(record, crate::census::Part::Code));
         record.tag().store(ip, Ordering::Release);
         let home = Self::home(ip);
         for p in 0..PROBES {
             let slot = &self.index[(home + p) & (INDEX_SLOTS - 1)];
+            census!(crate::census::touch(slot, crate::census::Part::Index));
             match slot.compare_exchange(0, n + 1, Ordering::Release, Ordering::Acquire) {
                 Ok(_) => break,
                 // Another handler published the same address first: its
