@@ -604,7 +604,12 @@ struct Nth {
 /// code ([`code`]) and the segment's visit counts. Built at registration.
 pub struct Emulator {
     cpu: SpecCpu,
+    /// The run's first state, for a pass redone, when it did not come from
+    /// a signal's context (see [`Emulator::run_from`]).
     start: CpuState,
+    /// Where the run began: rip and rax (see [`Emulator::first_instruction`]).
+    start_rip: u64,
+    start_rax: u64,
     visits: Box<Visits>,
     code: Code,
     /// Steps run in every pass, kept or redone (see [`Emulator::take_steps_run`]).
@@ -664,6 +669,8 @@ impl Emulator {
                 step_value: 0,
             });
             addr_of_mut!((*p).start).write(INITIAL);
+            addr_of_mut!((*p).start_rip).write(0);
+            addr_of_mut!((*p).start_rax).write(0);
             addr_of_mut!((*p).visits).write(Visits::new());
             addr_of_mut!((*p).code).write(code);
             addr_of_mut!((*p).steps_run).write(0);
@@ -688,6 +695,8 @@ impl Emulator {
         let Emulator {
             cpu: SpecCpu { regs: _, mem: _ },
             start: _,
+            start_rip: _,
+            start_rax: _,
             visits: _,
             code: _,
             steps_run: _,
@@ -707,6 +716,11 @@ impl Emulator {
     /// signal frame).
     pub fn state_mut(&mut self) -> &mut CpuState {
         &mut self.cpu.regs
+    }
+
+    /// The state the next run starts from, as read.
+    pub fn state(&self) -> &CpuState {
+        &self.cpu.regs
     }
 
     /// Frames of call stack the next runs take at the Nth branch (0: none),
@@ -893,10 +907,53 @@ impl Emulator {
     /// pushing its taken branches to `sink` (at most `wanted`, at least 1).
     /// `resumed` is the RF bit of the signal frame: the first instruction
     /// will run once without trapping.
+    ///
+    /// A pass redone starts again from a copy of that state, 2.4 KiB taken
+    /// at every run; [`Emulator::run_from`] reads the signal's context
+    /// again instead.
     pub fn run(&mut self, sink: &mut impl EntrySink, wanted: usize, resumed: bool) -> Outcome {
+        self.start = self.cpu.regs;
+        census!(crate::census::touch(
+            &self.start,
+            crate::census::Part::State
+        ));
+        self.run_with(sink, wanted, resumed, |e| {
+            e.cpu.regs = e.start;
+            e.cpu.regs.undefined = 0;
+            e.cpu.regs.rflags &= !context::RF;
+        })
+    }
+
+    /// [`Emulator::run`], from the state `context::read` made of `uc` in
+    /// [`Emulator::state_mut`] (unchanged since: a handler's own context,
+    /// which stays as it is while the handler runs). A pass redone reads
+    /// the context again: the register file is not copied at each run,
+    /// which wrote 2.4 KiB (38 lines) a trace, for the few runs that redo
+    /// a pass.
+    pub fn run_from(
+        &mut self,
+        sink: &mut impl EntrySink,
+        wanted: usize,
+        resumed: bool,
+        uc: &libc::ucontext_t,
+    ) -> Outcome {
+        self.run_with(sink, wanted, resumed, |e| {
+            context::read(uc, &mut e.cpu.regs);
+            e.cpu.regs.rflags &= !context::RF;
+        })
+    }
+
+    /// A run; `restart` puts the registers back as the run began.
+    fn run_with(
+        &mut self,
+        sink: &mut impl EntrySink,
+        wanted: usize,
+        resumed: bool,
+        restart: impl Fn(&mut Emulator),
+    ) -> Outcome {
         self.resumed = resumed;
         self.begin();
-        let outcome = self.run_entered(sink, wanted);
+        let outcome = self.run_entered(sink, wanted, restart);
         self.code.leave();
         if std::mem::take(&mut self.cpu.mem.unmapped_read) {
             // Private memory mapped since the worker's last look (a large
@@ -907,12 +964,13 @@ impl Emulator {
     }
 
     /// [`Emulator::run`] between entering and leaving the decoded code.
-    fn run_entered(&mut self, sink: &mut impl EntrySink, wanted: usize) -> Outcome {
-        self.start = self.cpu.regs;
-        census!(crate::census::touch(
-            &self.start,
-            crate::census::Part::State
-        ));
+    fn run_entered(
+        &mut self,
+        sink: &mut impl EntrySink,
+        wanted: usize,
+        restart: impl Fn(&mut Emulator),
+    ) -> Outcome {
+        (self.start_rip, self.start_rax) = (self.cpu.regs.rip, self.cpu.regs.gpr[0]);
         let shadow = self.shadow.mark();
         let before = sink.len();
         let mut pass = self.pass(
@@ -1014,7 +1072,7 @@ impl Emulator {
             let Some((steps, end)) = pass.redo else {
                 break;
             };
-            self.cpu.regs = self.start;
+            restart(self);
             self.shadow.restore(shadow);
             sink.truncate(before);
             let plan = Plan {
@@ -1095,6 +1153,8 @@ impl Emulator {
         let Emulator {
             cpu: SpecCpu { regs: _, mem },
             start: _,
+            start_rip,
+            start_rax,
             visits,
             code,
             steps_run,
@@ -1109,6 +1169,8 @@ impl Emulator {
             trust_quiet,
         } = self;
         touch(mem, State);
+        touch(start_rip, State);
+        touch(start_rax, State);
         touch(visits, State);
         touch(code, State);
         touch(steps_run, State);
@@ -1137,7 +1199,7 @@ impl Emulator {
     /// Arrivals at `at` that do not trap: the run's first instruction, when
     /// the thread resumes with RF set (`Emulator::run`'s `resumed`).
     fn free_arrivals(&self, at: u64) -> u32 {
-        u32::from(self.resumed && at == self.start.rip)
+        u32::from(self.resumed && at == self.start_rip)
     }
 
     /// Emulates the steps `plan` allows from the current state.
@@ -1525,10 +1587,10 @@ impl Emulator {
     /// What to do when the first instruction of a segment stops the
     /// emulation (the state is exact here: nothing was predicted).
     fn first_instruction(&mut self, stop: Stop) -> Outcome {
-        let pc = self.start.rip;
+        let pc = self.start_rip;
         match stop {
             Stop::Syscall => {
-                if crate::decode::form::DIVERGING_SYSCALLS.contains(&self.start.gpr[0]) {
+                if crate::decode::form::DIVERGING_SYSCALLS.contains(&self.start_rax) {
                     Outcome::End(AbortReason::Syscall)
                 } else {
                     Outcome::StepOver { next: pc + 2 }

@@ -75,16 +75,18 @@ impl crate::emulate::EntrySink for CountingSink {
     }
 }
 
-/// `Emulator::run`, its time, steps and decodes counted.
+/// `Emulator::run_from` the handler's context `uc` (which the emulator's
+/// state was read from), its time, steps and decodes counted.
 fn run_counted(
     emu: &mut crate::emulate::Emulator,
     sink: &mut impl crate::emulate::EntrySink,
     wanted: usize,
     resumed: bool,
+    uc: &Ucontext,
     c: &Counters,
 ) -> crate::emulate::Outcome {
     let e0 = sys::raw::clock_ns();
-    let outcome = emu.run(sink, wanted, resumed);
+    let outcome = emu.run_from(sink, wanted, resumed, uc.raw());
     let (decodes, decode_ns) = emu.take_decodes();
     Counters::add(&c.emulation_decodes, decodes);
     Counters::add(&c.decode_ns, decode_ns);
@@ -128,9 +130,9 @@ fn measure_sample(
         if let Some(emu) = t.emu.as_mut() {
             context::read(uc.raw(), emu.state_mut());
             emu.begin_trace();
-            let resumed = emu.state_mut().rflags & context::RF != 0;
+            let resumed = emu.state().rflags & context::RF != 0;
             let lbr = tracer.lbr.load(Ordering::Relaxed);
-            let _ = run_counted(emu, &mut CountingSink(0), lbr, resumed, c);
+            let _ = run_counted(emu, &mut CountingSink(0), lbr, resumed, uc, c);
         }
     }
     #[cfg(feature = "paired")]
@@ -142,9 +144,9 @@ fn measure_sample(
             crate::paired::sample(|| {
                 context::read(uc.raw(), emu.state_mut());
                 emu.begin_trace();
-                let resumed = emu.state_mut().rflags & context::RF != 0;
+                let resumed = emu.state().rflags & context::RF != 0;
                 let e0 = sys::raw::clock_ns();
-                let _ = emu.run(&mut CountingSink(0), lbr, resumed);
+                let _ = emu.run_from(&mut CountingSink(0), lbr, resumed, uc.raw());
                 let ns = sys::raw::clock_ns().saturating_sub(e0);
                 let _ = emu.take_decodes();
                 (ns, emu.take_steps_run().0)
@@ -235,8 +237,8 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
     };
     context::read(uc.raw(), emu.state_mut());
     emu.begin_trace();
-    let resumed = emu.state_mut().rflags & context::RF != 0;
-    advance(tracer, slot, t, resumed, t0, StopRegisters::of(uc));
+    let resumed = emu.state().rflags & context::RF != 0;
+    advance(tracer, slot, t, resumed, t0, uc);
     let spent = sys::raw::clock_ns().saturating_sub(t0);
     t.trace_ns += spent;
     Counters::add(&c.sampling_ns, spent);
@@ -275,7 +277,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
             if let Some(emu) = t.emu.as_mut() {
                 context::read(uc.raw(), emu.state_mut());
             }
-            advance(tracer, slot, t, true, t0, StopRegisters::of(uc));
+            advance(tracer, slot, t, true, t0, uc);
         }
         Awaiting::Checkpoint { hits, .. } if hits > 1 => {
             // An earlier pass of the loop the segment went round. The
@@ -352,9 +354,7 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
                         keep_segment(t, c, open - committed - tail, tail, tail > 0, steps);
                         match segment_end {
                             SegmentEnd::Complete => end_trace(tracer, slot, t, TraceEnd::Complete),
-                            SegmentEnd::Continue => {
-                                advance(tracer, slot, t, true, t0, StopRegisters::of(uc))
-                            }
+                            SegmentEnd::Continue => advance(tracer, slot, t, true, t0, uc),
                             SegmentEnd::End(reason) => {
                                 end_trace(tracer, slot, t, TraceEnd::Aborted(reason))
                             }
@@ -524,16 +524,18 @@ const MIN_TRACE_BUDGET_NS: u64 = 1_000_000;
 
 /// Emulates the next segment from the exact state in the emulator and
 /// arms its checkpoint (or the end of the instruction left to the CPU), or
-/// ends the trace. `started` is when the running handler began; `from`,
-/// the thread's registers where the segment begins.
+/// ends the trace. `started` is when the running handler began; `uc`, its
+/// context, which the emulator's state was read from: the thread's
+/// registers where the segment begins.
 fn advance(
     tracer: &Tracer,
     slot: &ThreadSlot,
     t: &mut ThreadTrace,
     resumed: bool,
     started: u64,
-    from: StopRegisters,
+    uc: &Ucontext,
 ) {
+    let from = StopRegisters::of(uc);
     let c = &slot.counters;
     let lbr = tracer.lbr.load(Ordering::Relaxed);
     let over = over_budget(t, started);
@@ -573,7 +575,7 @@ fn advance(
     // No application handler runs while this one does (they are blocked):
     // one that runs from here on runs within the segment.
     let runs = wrap::runs();
-    let outcome = run_counted(emu, &mut **buffer, wanted, resumed, c);
+    let outcome = run_counted(emu, &mut **buffer, wanted, resumed, uc, c);
     // A segment that took the process's quietness for granted, while
     // wrapped handlers could have run in it, holds only if none did.
     let runs = (emu.ran_quiet() && wrap::any_wrapped()).then_some(runs);
