@@ -29,6 +29,8 @@ pub enum Part {
     Code = 1,
     /// The shared table's index of records.
     Index,
+    /// The core's dispatch table: the handler of each instruction form.
+    Dispatch,
     /// The load log, the store overlay, the undo log and their indexes.
     Memory,
     /// The visit log, filter and counters.
@@ -45,9 +47,10 @@ pub enum Part {
     App,
 }
 
-const PARTS: usize = 10;
+const PARTS: usize = 11;
 const NAMES: [&str; PARTS] = [
-    "", "code", "index", "memory", "visits", "state", "tables", "buffer", "stack", "app",
+    "", "code", "index", "dispatch", "memory", "visits", "state", "tables", "buffer", "stack",
+    "app",
 ];
 /// Lines one trace may touch before the census stops counting it.
 const SLOTS: usize = 1 << 15;

@@ -22,7 +22,7 @@ lib=$root/target/census/release/libbreakdance.so
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 head -c 2000000 "$w/inputs/text-train.txt" > "$work/text"
-fields="handler_bytes_per_trace_mean handler_kib_per_trace_median_at_most handler_kib_per_trace_p90_at_most handler_kib_per_trace_max_at_most code_bytes_per_trace_mean index_bytes_per_trace_mean memory_bytes_per_trace_mean visits_bytes_per_trace_mean state_bytes_per_trace_mean tables_bytes_per_trace_mean buffer_bytes_per_trace_mean stack_bytes_per_trace_mean app_bytes_per_trace_mean"
+fields="handler_bytes_per_trace_mean handler_kib_per_trace_median_at_most handler_kib_per_trace_p90_at_most handler_kib_per_trace_max_at_most code_bytes_per_trace_mean index_bytes_per_trace_mean dispatch_bytes_per_trace_mean memory_bytes_per_trace_mean visits_bytes_per_trace_mean state_bytes_per_trace_mean tables_bytes_per_trace_mean buffer_bytes_per_trace_mean stack_bytes_per_trace_mean app_bytes_per_trace_mean"
 echo "workload,lbr,period_ms,traces,traces_overflowed,stops_per_trace,steps_per_trace,decodes_per_trace,$(echo $fields | tr ' ' ',')"
 run() { # name lbr period_ms cmd...
   local name=$1 lbr=$2 ms=$3; shift 3

@@ -37,10 +37,14 @@
 
 use std::alloc::{alloc_zeroed, Layout};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use x86_sem::{DecodeCache, Insn, InsnSource, Memory, Stop};
+use x86_sem::{
+    DecodeCache, Handler, HandlerSource, Insn, InsnSource, Machine, Memory, Stop, Table,
+};
+
+use super::SpecCpu;
 
 /// Instructions the shared table holds until the worker resets it.
 pub const RECORDS: usize = 1 << 16;
@@ -90,6 +94,12 @@ struct Record {
     /// time it was not the next record (0: none); a hint, checked by the
     /// tag it names.
     taken: AtomicU32,
+    /// The instruction's handler in the emulator's dispatch table, as an
+    /// offset from the table's first handler (0: read the table), written
+    /// before the tag is published. A step then reads no line of the
+    /// table, which is 39 KiB: 2.3-3.2 KiB of a trace's working set was
+    /// its lines (results/speed, tenth round).
+    handler: AtomicI32,
 }
 
 // The tag is the Insn's first 8 bytes; the record packs in 48.
@@ -139,6 +149,10 @@ pub struct SharedCode {
     generation: AtomicU32,
     /// Times the worker emptied the table.
     resets: AtomicU64,
+    /// The dispatch table the records' handlers are from, and the address
+    /// their offsets count from (its first handler).
+    table: &'static Table<SpecCpu>,
+    anchor: usize,
 }
 
 // SAFETY: a record's `insn` is written only by the handler that claimed
@@ -168,7 +182,10 @@ unsafe fn zeroed_slice<T>(n: usize) -> Box<[T]> {
 
 impl SharedCode {
     fn new() -> SharedCode {
+        let table = super::table();
         SharedCode {
+            table,
+            anchor: table.handler(0) as usize,
             // SAFETY: a zero Record is an empty one: atomics at 0, and an
             // Insn of zero bytes (Code 0 is INVALID; every field is plain).
             records: unsafe { zeroed_slice::<Record>(RECORDS) },
@@ -302,6 +319,9 @@ impl SharedCode {
             let to = record.insn.get().cast::<u8>();
             std::ptr::copy_nonoverlapping(from.add(8), to.add(8), std::mem::size_of::<Insn>() - 8);
         }
+        let handler = self.table.handler(insn.code() as u16) as usize;
+        let offset = i32::try_from(handler.wrapping_sub(self.anchor) as isize).unwrap_or(0);
+        record.handler.store(offset, Ordering::Relaxed);
         census!(crate::census::touch(record, crate::census::Part::Code));
         record.tag().store(ip, Ordering::Release);
         let home = Self::home(ip);
@@ -379,6 +399,7 @@ impl SharedCode {
         for r in &s.records[..used] {
             r.tag().store(0, Ordering::Relaxed);
             r.taken.store(0, Ordering::Relaxed);
+            r.handler.store(0, Ordering::Relaxed);
         }
         s.next.store(0, Ordering::Relaxed);
         s.generation.store(generation, Ordering::Relaxed);
@@ -570,6 +591,62 @@ impl InsnSource for Code {
     }
 }
 
+impl HandlerSource<SpecCpu> for Code {
+    #[inline(always)]
+    fn lookup_handler(
+        &mut self,
+        ip: u64,
+        mem: &mut <SpecCpu as Machine>::Mem,
+        table: &Table<SpecCpu>,
+    ) -> Result<(&Insn, Handler<SpecCpu>), Stop> {
+        self.lookup_handler_in(ip, mem, table)
+    }
+}
+
+impl Code {
+    /// See [`HandlerSource::lookup_handler`] (here for any memory).
+    #[inline(always)]
+    fn lookup_handler_in<M: Memory>(
+        &mut self,
+        ip: u64,
+        mem: &mut M,
+        table: &Table<SpecCpu>,
+    ) -> Result<(&Insn, Handler<SpecCpu>), Stop> {
+        let s = self.shared;
+        if self.entered && ip != 0 && std::ptr::eq(table, s.table) {
+            if let Some(n) = self.shared_lookup(ip, mem)? {
+                self.last = n;
+                let record = &s.records[n as usize];
+                census!(crate::census::touch(record, crate::census::Part::Code));
+                let insn = s.insn(n);
+                let offset = record.handler.load(Ordering::Relaxed);
+                if offset != 0 {
+                    let at = s.anchor.wrapping_add(offset as isize as usize);
+                    // SAFETY: `publish` made `offset` from a handler of this
+                    // same table (checked above) as its distance from the
+                    // table's first handler, so `at` is that handler's
+                    // address: a function of this very type.
+                    let handler = unsafe { std::mem::transmute::<usize, Handler<SpecCpu>>(at) };
+                    return Ok((insn, handler));
+                }
+                return Ok((insn, dispatch(table, insn)));
+            }
+        }
+        let insn = self.lookup(ip, mem)?;
+        Ok((insn, dispatch(table, insn)))
+    }
+}
+
+/// `insn`'s handler, read from the dispatch table.
+#[inline(always)]
+fn dispatch(table: &Table<SpecCpu>, insn: &Insn) -> Handler<SpecCpu> {
+    census!(crate::census::touch(
+        table.handler_slot(insn.code() as u16),
+        crate::census::Part::Dispatch
+    ));
+    table.handler(insn.code() as u16)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -691,6 +768,34 @@ mod tests {
             SharedCode::home(BASE) / LINE_SLOTS,
             SharedCode::home(BASE + 63) / LINE_SLOTS
         );
+    }
+
+    #[test]
+    fn records_keep_the_handler_the_table_has() {
+        let shared = table();
+        shared.maintain(1);
+        let dispatch = super::super::table();
+        let mut text = Text::new(6);
+        let mut code = Code::on(shared);
+        code.enter(1);
+        for round in 0..2 {
+            let mut ip = BASE;
+            while ip < BASE + text.bytes.len() as u64 {
+                let (insn, handler) = code
+                    .lookup_handler_in(ip, &mut text, dispatch)
+                    .expect("decodes");
+                let (len, form) = (insn.len() as u64, insn.code() as u16);
+                assert_eq!(handler as usize, dispatch.handler(form) as usize, "{ip:#x}");
+                let n = code.last as usize;
+                assert_ne!(
+                    shared.records[n].handler.load(Ordering::Relaxed),
+                    0,
+                    "round {round}: kept in the record"
+                );
+                ip += len;
+            }
+        }
+        code.leave();
     }
 
     #[test]

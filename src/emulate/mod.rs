@@ -1393,7 +1393,9 @@ impl Emulator {
             self.cpu.mem.step_mutable_reads = 0;
             self.cpu.mem.step_reads = 0;
             self.cpu.mem.step_stores = 0;
-            let stepped = x86_sem::step(&mut self.cpu, table, &mut self.code);
+            let mut retired = x86_sem::Retired::default();
+            let stepped = x86_sem::step_handled(&mut self.cpu, table, &mut self.code, &mut retired)
+                .map(|()| retired);
             census!(crate::census::stack());
             self.steps_run += 1;
             // A read another thread could change ends the tail, and a pass

@@ -107,7 +107,9 @@ pub use model::{xcr0, Addr32Rep, BitScanZero, CpuModel, Quirks, Vendor};
 pub use regs::{
     flag, gpr, CpuState, Difference, GprsAndFlags, Registers, F80, MXCSR_DEFAULT, MXCSR_UNSET, X87,
 };
-pub use step::{step, step_into, BranchKind, Cpu, Machine, Retired, Stop};
+pub use step::{
+    step, step_handled, step_into, BranchKind, Cpu, HandlerSource, Machine, Retired, Stop,
+};
 pub use table::{Handler, Table, CODE_COUNT};
 
 /// The iced-x86 this crate decodes with, for owners that inspect
