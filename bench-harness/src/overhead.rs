@@ -381,8 +381,11 @@ fn write_breakdown(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Re
 /// traces: median over rounds), and for emulate mode the emulator's rates:
 /// nanoseconds per emulated instruction, decodes per 100 instructions run
 /// and decoding's share of the emulation time, segments and checkpoints
-/// per trace, and the share of checkpoints that did not match or were
-/// never reached.
+/// per trace, the share of checkpoints that did not match or were never
+/// reached, and the recorded branches per µs of profiler CPU: of the
+/// handlers' own time (`sampling_ns + breakpoint_ns`, by their clock), and
+/// of the extra CPU per trace (which adds the kernel's signal deliveries,
+/// the worker and the start and stop, but moves with the machine's noise).
 fn write_trace_cost(rep: &mut Report, all: &[Measured], configs: &[Config]) -> Result<()> {
     let mut t = Table::new(&[
         "workload",
@@ -399,6 +402,8 @@ fn write_trace_cost(rep: &mut Report, all: &[Measured], configs: &[Config]) -> R
         "mismatched checkpoints %",
         "unreached segments %",
         "entries/trace",
+        "branches/µs of handler time",
+        "branches/µs of extra CPU",
     ]);
     for m in all {
         let native: Vec<f64> = m.runs[0].iter().map(Timing::cpu_s).collect();
@@ -447,10 +452,24 @@ fn write_trace_cost(rep: &mut Report, all: &[Measured], configs: &[Config]) -> R
                 ),
                 pct(k.checkpoint_unreached, k.segments),
                 ratio(k.entries_recorded, k.traces_started),
+                ratio(k.entries_recorded * 1000, k.sampling_ns + k.breakpoint_ns),
+                per_extra_us(k.entries_recorded as f64 / traces.max(1.0), &per_trace),
             ]);
         }
     }
     rep.table("trace_cost", "What a trace costs, by look-ahead mode", &t)
+}
+
+/// Recorded branches per µs of the extra CPU a trace cost (the rounds'
+/// median); empty when that median is not above zero (the profiled run
+/// was no slower than the native one, within the machine's noise).
+fn per_extra_us(entries_per_trace: f64, extra_us: &[f64]) -> String {
+    let m = median(extra_us);
+    if m > 0.0 {
+        fmt(entries_per_trace / m, 2)
+    } else {
+        String::new()
+    }
 }
 
 /// Figure 4: t, s and the breakpoint usefulness factor t/(1−s).

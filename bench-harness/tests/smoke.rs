@@ -231,10 +231,14 @@ fn overhead_table_breakdown_and_factors() {
         column(&c, "decodes/100 instructions"),
         column(&c, "decoding % of emulation"),
     );
+    // Issue 17's rate: recorded branches per µs of the handlers' time.
+    let rate = column(&c, "branches/µs of handler time");
     for r in c[1..].iter().filter(|r| r[mode] == "emulate") {
         assert!(num(&r[decodes]) > 0.0, "{r:?}");
         let share = num(&r[decoding]);
         assert!(share > 0.0 && share < 100.0, "{r:?}");
+        let per_us = num(&r[rate]);
+        assert!(per_us > 0.0 && per_us.is_finite(), "{r:?}");
     }
 }
 
