@@ -198,13 +198,25 @@ pub fn step_into<X: Machine, C: InsnSource + ?Sized>(
 ) -> Result<(), Stop> {
     let ip = x.regs().rip();
     let insn = cache.lookup(ip, x.mem())?;
+    run(x, ip, insn, table.handler(insn.code as u16), r)
+}
+
+/// Runs `insn`, at `ip`, through `handler`, and moves rip on.
+#[inline(always)]
+fn run<X: Machine>(
+    x: &mut X,
+    ip: u64,
+    insn: &Insn,
+    handler: Handler<X>,
+    r: &mut Retired,
+) -> Result<(), Stop> {
     *r = Retired {
         ip,
         len: insn.len,
         next_rip: ip.wrapping_add(u64::from(insn.len)),
         ..Retired::default()
     };
-    table.handler(insn.code as u16)(x, insn, r)?;
+    handler(x, insn, r)?;
     x.regs_mut().set_rip(r.next_rip);
     Ok(())
 }
@@ -240,13 +252,5 @@ pub fn step_handled<X: Machine, C: HandlerSource<X> + ?Sized>(
 ) -> Result<(), Stop> {
     let ip = x.regs().rip();
     let (insn, handler) = cache.lookup_handler(ip, x.mem(), table)?;
-    *r = Retired {
-        ip,
-        len: insn.len,
-        next_rip: ip.wrapping_add(u64::from(insn.len)),
-        ..Retired::default()
-    };
-    handler(x, insn, r)?;
-    x.regs_mut().set_rip(r.next_rip);
-    Ok(())
+    run(x, ip, insn, handler, r)
 }
