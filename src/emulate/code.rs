@@ -241,7 +241,7 @@ impl SharedCode {
     }
 
     /// In the worker: asks for huge pages under the regions of the index
-    /// and of the records in use, each once. A trace touches a few hundred
+    /// and of the records in use, each until it is made. A trace touches a few hundred
     /// records and index lines spread over as many 4 KiB pages, each a
     /// TLB miss after the application ran (a two-level walk in a VM). On
     /// huge pages a step took 6-9% less on SQLite with cold caches, nothing
@@ -664,8 +664,15 @@ impl InsnSource for Code {
                 return Ok(self.shared.insn(n));
             }
         }
+        self.private_lookup(ip, mem)
+    }
+}
+
+impl Code {
+    /// The private cache: used while the shared table is closed or stale,
+    /// or has no record left.
+    fn private_lookup<M: Memory>(&mut self, ip: u64, mem: &mut M) -> Result<&Insn, Stop> {
         self.last = NO_RECORD;
-        // The private cache: used while the shared table is closed or stale.
         let t0 = if self.private.get(ip).is_none() {
             Some(crate::sys::raw::clock_ns())
         } else {
@@ -705,17 +712,17 @@ impl Code {
         table: &Table<SpecCpu>,
     ) -> Result<(&Insn, Handler<SpecCpu>), Stop> {
         let s = self.shared;
-        if self.entered && ip != 0 && std::ptr::eq(table, s.table) {
+        if self.entered && ip != 0 {
             if let Some(n) = self.shared_lookup(ip, mem)? {
                 self.last = n;
                 let record = &s.records[n as usize];
                 census!(crate::census::touch(record, crate::census::Part::Code));
                 let insn = s.insn(n);
                 let offset = record.handler.load(Ordering::Relaxed);
-                if offset != 0 {
+                if offset != 0 && std::ptr::eq(table, s.table) {
                     let at = s.anchor.wrapping_add(offset as isize as usize);
                     // SAFETY: `publish` made `offset` from a handler of this
-                    // same table (checked above) as its distance from the
+                    // same table (checked just now) as its distance from the
                     // table's first handler, so `at` is that handler's
                     // address: a function of this very type.
                     let handler = unsafe { std::mem::transmute::<usize, Handler<SpecCpu>>(at) };
@@ -724,7 +731,7 @@ impl Code {
                 return Ok((insn, dispatch(table, insn)));
             }
         }
-        let insn = self.lookup(ip, mem)?;
+        let insn = self.private_lookup(ip, mem)?;
         Ok((insn, dispatch(table, insn)))
     }
 }
