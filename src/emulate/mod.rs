@@ -899,6 +899,12 @@ impl Emulator {
                 mem.heap = (start, u64::try_from(brk).unwrap_or(0).max(start));
             }
         }
+        self.settle_start();
+    }
+
+    /// The start's registers as a pass reads them: no flag unknown, and RF
+    /// (the signal frame's resume flag, see `resumed`) not an emulated bit.
+    fn settle_start(&mut self) {
         self.cpu.regs.undefined = 0;
         self.cpu.regs.rflags &= !context::RF;
     }
@@ -917,11 +923,7 @@ impl Emulator {
             &self.start,
             crate::census::Part::State
         ));
-        self.run_with(sink, wanted, resumed, |e| {
-            e.cpu.regs = e.start;
-            e.cpu.regs.undefined = 0;
-            e.cpu.regs.rflags &= !context::RF;
-        })
+        self.run_with(sink, wanted, resumed, |e| e.cpu.regs = e.start)
     }
 
     /// [`Emulator::run`], from the state `context::read` made of `uc` in
@@ -938,12 +940,12 @@ impl Emulator {
         uc: &libc::ucontext_t,
     ) -> Outcome {
         self.run_with(sink, wanted, resumed, |e| {
-            context::read(uc, &mut e.cpu.regs);
-            e.cpu.regs.rflags &= !context::RF;
+            context::read(uc, &mut e.cpu.regs)
         })
     }
 
-    /// A run; `restart` puts the registers back as the run began.
+    /// A run; `restart` puts the registers back as the run was given them
+    /// (then settled again, as `begin` settles them).
     fn run_with(
         &mut self,
         sink: &mut impl EntrySink,
@@ -1073,6 +1075,7 @@ impl Emulator {
                 break;
             };
             restart(self);
+            self.settle_start();
             self.shadow.restore(shadow);
             sink.truncate(before);
             let plan = Plan {
