@@ -10,8 +10,9 @@
 //! emulate-paired`, each sample emulates the trace from the sample's
 //! registers four times, keeping nothing:
 //!
-//! - twice on cold caches, after a write sweep of [`SWEEP_BYTES`] that
-//!   evicts the handler's lines as the application does between samples:
+//! - twice on cold caches, after a write sweep of [`SWEEP_BYTES`] and a
+//!   run through 1 MiB of code that evict the handler's data and code
+//!   lines as the application does between samples:
 //!   once with `variant` false (A), once true (B), in an order that
 //!   alternates from sample to sample;
 //! - then twice again, A and B, on the caches the first two left (warm).
@@ -79,7 +80,37 @@ fn totals() -> &'static mut Totals {
     unsafe { &mut *TOTALS.0.get() }
 }
 
+// The code half of the sweep: `CODE_SWEEP_PAGES` pages of code, each
+// run through 2 KiB of no-ops and then a jump to the next page, so that
+// the handler's instructions leave the L1i cache (32 KiB here) and its
+// pages the first-level iTLB, as the application's code makes them between
+// two samples. A data sweep alone leaves both as the last pass had them.
+std::arch::global_asm!(
+    ".pushsection .text.breakdance_paired_code_sweep,\"ax\",@progbits",
+    ".p2align 12",
+    ".globl breakdance_paired_code_sweep",
+    ".hidden breakdance_paired_code_sweep",
+    "breakdance_paired_code_sweep:",
+    ".rept 256",
+    ".nops 2048",
+    "jmp 1f",
+    ".p2align 12",
+    "1:",
+    ".endr",
+    "ret",
+    ".popsection",
+);
+
+extern "C" {
+    fn breakdance_paired_code_sweep();
+}
+
+/// Evicts the handler's lines: its data (a write sweep of
+/// [`SWEEP_BYTES`]) and its code (see `breakdance_paired_code_sweep`).
 fn sweep(t: &mut Totals) {
+    // SAFETY: straight-line no-ops and jumps within the function, then a
+    // return: no register but rip changes, no memory is touched.
+    unsafe { breakdance_paired_code_sweep() };
     for (i, w) in t.sweep.iter_mut().enumerate().step_by(8) {
         // SAFETY: a valid, aligned word of the static.
         unsafe { std::ptr::write_volatile(w, i as u64) };
