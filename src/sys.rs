@@ -181,6 +181,48 @@ pub fn sigtrap_pending() -> bool {
         libc::sigpending(&mut set) == 0 && libc::sigismember(&set, libc::SIGTRAP) == 1
     }
 }
+/// A zeroed slice of `n` `T`s in an anonymous mapping of its own, its
+/// start on an `align` boundary (a power of two; past 4096 the mapping is
+/// padded to whole `align` regions, with one more to align within). Its
+/// pages are the kernel's fresh zero pages, touched only as they are used,
+/// whatever the allocator's state: calloc hands out heap memory, which it
+/// clears by writing, once a free has raised glibc's mmap threshold. Never
+/// unmapped: the tables made so live as long as the process. Panics if the
+/// mapping fails.
+///
+/// # Safety
+/// All-zero bytes must be a valid `T`.
+pub unsafe fn zeroed_static_slice<T>(n: usize, align: usize) -> &'static [T] {
+    const PAGE: usize = 4096;
+    debug_assert!(align.is_power_of_two());
+    let bytes = std::mem::size_of::<T>() * n;
+    let (len, align) = if align > PAGE {
+        (bytes.div_ceil(align) * align + align, align)
+    } else {
+        (bytes.div_ceil(PAGE).max(1) * PAGE, PAGE)
+    };
+    // SAFETY: an anonymous private mapping of fresh zero pages; the slice
+    // made from it lies inside it (the start is rounded up to `align`
+    // within the spare region at the end), is zeroed, which the caller
+    // vouches is a valid T, and is never unmapped.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert!(
+            p != libc::MAP_FAILED,
+            "mapping {len} bytes for a table: {}",
+            std::io::Error::last_os_error()
+        );
+        let at = (p as usize).div_ceil(align) * align;
+        std::slice::from_raw_parts(at as *const T, n)
+    }
+}
 
 /// Monotonic time in nanoseconds. Async-signal-safe.
 pub fn now_ns() -> u64 {

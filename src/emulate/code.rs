@@ -176,39 +176,15 @@ const COLLAPSE_TRIES: u32 = 8;
 /// (Linux 6.1 and later; include/uapi/asm-generic/mman-common.h).
 const MADV_COLLAPSE: libc::c_int = 25;
 
-/// A zeroed slice of `n` `T`s, for types all of whose fields are valid as
-/// zero bytes: an anonymous mapping of its own, starting on a 2 MiB
-/// boundary and padded to a whole number of 2 MiB regions (pages are
-/// touched as they are used), so that its regions can become huge pages
-/// (see [`SharedCode::collapse`]). Never unmapped: the tables live as
-/// long as the process.
+/// A zeroed slice of `n` `T`s on a 2 MiB boundary, padded to a whole
+/// number of 2 MiB regions (see `sys::zeroed_static_slice`), so that its
+/// regions can become huge pages (see [`SharedCode::collapse`]).
 ///
 /// # Safety
 /// All-zero bytes must be a valid `T`.
 unsafe fn zeroed_slice<T>(n: usize) -> &'static [T] {
-    let bytes = std::mem::size_of::<T>() * n;
-    let len = bytes.div_ceil(HUGE_PAGE) * HUGE_PAGE + HUGE_PAGE;
-    // SAFETY: an anonymous private mapping of fresh zero pages; the slice
-    // made from it lies inside it (the start is rounded up to 2 MiB within
-    // the spare 2 MiB at the end), is zeroed, which the caller vouches is
-    // a valid T, and is never unmapped.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert!(
-            p != libc::MAP_FAILED,
-            "mapping {len} bytes for the decoded-code table: {}",
-            std::io::Error::last_os_error()
-        );
-        let at = (p as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE;
-        std::slice::from_raw_parts(at as *const T, n)
-    }
+    // SAFETY: the caller vouches for T.
+    unsafe { crate::sys::zeroed_static_slice::<T>(n, HUGE_PAGE) }
 }
 
 /// Asks the kernel to back the 2 MiB region at `at` by a huge page now

@@ -371,12 +371,16 @@ impl ThreadSlot {
         self.tid.load(Ordering::Acquire)
     }
 
-    /// The thread table, `MAX_THREADS` free slots, from a zeroed
-    /// allocation: calloc's pages, written only as slots are claimed.
-    /// Built slot by slot it wrote all of its 1.3 MB at the start of every
-    /// process, which stayed in its RSS.
-    fn zeroed_table() -> Box<[ThreadSlot]> {
-        bytemuck::zeroed_slice_box::<ThreadSlot>(MAX_THREADS)
+    /// The thread table, `MAX_THREADS` free slots, in a mapping of its
+    /// own: fresh zero pages, written only as slots are claimed. Built
+    /// slot by slot it wrote all of its 1.3 MB at the start of every
+    /// process, which stayed in its RSS; from calloc, a session started
+    /// after the application had freed a large block got heap memory,
+    /// cleared by writing all of it (`sys::zeroed_static_slice`).
+    fn zeroed_table() -> &'static [ThreadSlot] {
+        // SAFETY: a zeroed slot is a free one (atomics and counters zero,
+        // `inner` uninitialised until claimed).
+        unsafe { crate::sys::zeroed_static_slice::<ThreadSlot>(MAX_THREADS, 64) }
     }
 
     /// Handler entry (see the module doc). Async-signal-safe.
@@ -482,7 +486,7 @@ pub enum Closing {
 /// The process-wide tracer, created at the first session and kept for the
 /// life of the process (handlers may run late, after a session ended).
 pub struct Tracer {
-    pub slots: Box<[ThreadSlot]>,
+    pub slots: &'static [ThreadSlot],
     /// One bit per slot of `slots`, set at the slot's first claim and never
     /// cleared: the scans of the table (stop, the worker's sweep, totals,
     /// a fork child) visit these slots only. Reading every slot's tid
@@ -741,13 +745,23 @@ pub(crate) fn set_slow_handler() {
 mod tests {
     use super::*;
 
-    /// The thread table comes from a zeroed allocation and is not written
-    /// at start: a process that never has many threads never touches most
-    /// of its 1.3 MB (mincore finds none of its pages resident), and a
-    /// zeroed slot is a free one that no thread had.
+    /// The thread table is a mapping of zero pages, not written at start:
+    /// a process that never has many threads never touches most of its
+    /// 1.3 MB (mincore finds none of its pages resident), and a zeroed slot
+    /// is a free one that no thread had. So too when the application has
+    /// freed a large block first, after which calloc would hand out the
+    /// block's written pages and clear them by writing.
     #[test]
     fn the_thread_table_is_untouched_until_its_slots_are_claimed() {
+        // Freeing a mapped 4 MiB block raises glibc's mmap threshold past
+        // the table's size; a written 2 MiB block then comes from the
+        // heap, and is free (the byte after it keeps it from the top).
+        drop(std::hint::black_box(vec![1u8; 4 << 20]));
+        let written = std::hint::black_box(vec![1u8; 2 << 20]);
+        let after = std::hint::black_box(vec![1u8; 64]);
+        drop(written);
         let slots = ThreadSlot::zeroed_table();
+        drop(after);
         assert_eq!(slots.len(), MAX_THREADS);
         let (resident, pages) = resident_pages(&slots);
         assert!(
@@ -779,8 +793,6 @@ mod tests {
     /// the whole table, a page fault per 4 KiB in every process.
     #[test]
     fn scans_visit_claimed_slots_only() {
-        // Leaked: freeing 1.3 MB would raise glibc's mmap threshold, and the
-        // table of another test would then come from the heap, written.
         let tracer: &Tracer = Box::leak(Box::new(Tracer::new()));
         let tids = [0x7ffe_0001, 0x7ffe_0002, 0x7ffe_0003];
         for tid in tids {
