@@ -1266,6 +1266,9 @@ impl Emulator {
             nth_sealed: false,
             cut: None,
         };
+        // What each step retired: written whole by every step that
+        // retires (`x86_sem::step_handled`), read only after one did.
+        let mut retired = x86_sem::Retired::default();
         let mut result = 'run: loop {
             let pc = self.cpu.regs.rip;
             if plan.split == Some(steps) && sealed.is_none() && rep_start.is_none() {
@@ -1396,9 +1399,7 @@ impl Emulator {
             self.cpu.mem.step_mutable_reads = 0;
             self.cpu.mem.step_reads = 0;
             self.cpu.mem.step_stores = 0;
-            let mut retired = x86_sem::Retired::default();
-            let stepped = x86_sem::step_handled(&mut self.cpu, table, &mut self.code, &mut retired)
-                .map(|()| retired);
+            let stepped = x86_sem::step_handled(&mut self.cpu, table, &mut self.code, &mut retired);
             census!(crate::census::stack());
             self.steps_run += 1;
             // A read another thread could change ends the tail, and a pass
@@ -1428,7 +1429,8 @@ impl Emulator {
                 }
             }
             match stepped {
-                Ok(r) => {
+                Ok(()) => {
+                    let r = &retired;
                     if log_values
                         && self.cpu.mem.step_reads == 1
                         && self.cpu.mem.step_stores == 0
