@@ -190,6 +190,16 @@ fn within_mask(addr: u64, size: usize) -> u8 {
     ((((1u16 << size) - 1) << (addr & 7)) & 0xff) as u8
 }
 
+/// The `n` (0 to 64) lowest bits set.
+#[inline(always)]
+fn low_bits(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1 << n) - 1
+    }
+}
+
 /// Spreads a byte mask to a bit mask: bit i of `mask` becomes byte i.
 /// Branch-free (each access runs it several times): the bits move apart
 /// in three steps, to every 32nd, 16th and 8th position, then each becomes
@@ -367,7 +377,7 @@ impl LiveMemory {
         // nothing to merge.
         let mask = within_mask(addr, size);
         let (qword, real) = self.seen(probe, addr & !7, mask, log)?;
-        Ok(((qword & bits(mask)) >> (8 * (addr & 7)), real))
+        Ok(((qword >> (8 * (addr & 7))) & low_bits(8 * size), real))
     }
 
     /// [`LiveMemory::load_noting`], any access: each qword it touches in
@@ -408,17 +418,20 @@ impl LiveMemory {
     ) -> Result<(u64, bool), AccessError> {
         let (ov_value, ov_mask) = self.stored(q).map_or((0, 0), |s| (s.value, s.mask));
         let from_real = mask & !ov_mask;
-        let real = if from_real == 0 {
-            0
-        } else if log {
+        if from_real == 0 {
+            return Ok((ov_value & bits(ov_mask), false));
+        }
+        let real = if log {
             self.real_qword(probe, q, from_real)?
         } else {
             probe.read_qword(q).ok_or(AccessError::Fault(q))?
         };
-        Ok((
-            (ov_value & bits(ov_mask)) | (real & !bits(ov_mask)),
-            from_real != 0,
-        ))
+        if ov_mask == 0 {
+            // Nothing stored there (most loads): nothing to merge.
+            return Ok((real, true));
+        }
+        let stored = bits(ov_mask);
+        Ok(((ov_value & stored) | (real & !stored), true))
     }
 
     /// The qword at the 8-byte-aligned `addr` as the segment sees it now
