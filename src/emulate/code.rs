@@ -105,6 +105,16 @@ struct Record {
 const _: () = assert!(Insn::IP_OFFSET == 0 && std::mem::size_of::<Record>() == 48);
 
 impl Record {
+    /// The instruction, once published: only for a record whose tag was
+    /// read (with acquire) equal to the address looked up, whose insn is
+    /// then written and stays unchanged while this handler is a user
+    /// (module doc).
+    #[inline(always)]
+    fn insn(&self) -> &Insn {
+        // SAFETY: see above.
+        unsafe { &*self.insn.get() }
+    }
+
     /// The instruction's address as an atomic: every access to it that
     /// may race with a handler goes through this (a reader's `&Insn` reads
     /// it only after an acquire load here found it published, and nothing
@@ -311,21 +321,21 @@ impl SharedCode {
     /// The instruction of a published record.
     #[inline(always)]
     fn insn(&self, n: u32) -> &Insn {
-        // SAFETY: `n` was published (its tag was read with acquire equal
-        // to the address looked up), so its insn is written and stays
-        // unchanged while this handler is a user (module doc).
-        unsafe { &*self.records[n as usize].insn.get() }
+        self.records[n as usize].insn()
     }
 
     /// Whether record `n` holds `ip` (an acquire read of its tag).
     #[inline(always)]
     fn holds(&self, n: u32, ip: u64) -> bool {
-        census!(if let Some(r) = self.records.get(n as usize) {
-            crate::census::touch(r.tag(), crate::census::Part::Code);
-        });
-        self.records
-            .get(n as usize)
-            .is_some_and(|r| r.tag().load(Ordering::Acquire) == ip)
+        self.holding(n, ip).is_some()
+    }
+
+    /// Record `n`, if it holds `ip` (an acquire read of its tag).
+    #[inline(always)]
+    fn holding(&self, n: u32, ip: u64) -> Option<&Record> {
+        let r = self.records.get(n as usize)?;
+        census!(crate::census::touch(r.tag(), crate::census::Part::Code));
+        (r.tag().load(Ordering::Acquire) == ip).then_some(r)
     }
 
     /// Decodes the instruction at `ip` into a new record and publishes it,
@@ -574,7 +584,11 @@ impl Code {
     }
 
     #[inline(always)]
-    fn shared_lookup<M: Memory>(&mut self, ip: u64, mem: &mut M) -> Result<Option<u32>, Stop> {
+    fn shared_lookup<M: Memory>(
+        &mut self,
+        ip: u64,
+        mem: &mut M,
+    ) -> Result<Option<(u32, &'static Record)>, Stop> {
         let s = self.shared;
         let last = self.last;
         if last != NO_RECORD {
@@ -582,8 +596,8 @@ impl Code {
             // it was decoded in order), then the other way out of it, as
             // last seen.
             let next = last.wrapping_add(1);
-            if s.holds(next, ip) {
-                return Ok(Some(next));
+            if let Some(r) = s.holding(next, ip) {
+                return Ok(Some((next, r)));
             }
             census!(crate::census::touch(
                 &s.records[last as usize].taken,
@@ -593,8 +607,8 @@ impl Code {
                 .taken
                 .load(Ordering::Relaxed)
                 .wrapping_sub(1);
-            if s.holds(hint, ip) {
-                return Ok(Some(hint));
+            if let Some(r) = s.holding(hint, ip) {
+                return Ok(Some((hint, r)));
             }
         }
         // The index is read only on a miss of both guesses (about one
@@ -617,7 +631,7 @@ impl Code {
                 .taken
                 .store(n + 1, Ordering::Relaxed);
         }
-        Ok(found)
+        Ok(found.map(|n| (n, &s.records[n as usize])))
     }
 }
 
@@ -631,13 +645,13 @@ impl InsnSource for Code {
     #[inline(always)]
     fn lookup<M: Memory>(&mut self, ip: u64, mem: &mut M) -> Result<&Insn, Stop> {
         if self.entered && ip != 0 {
-            if let Some(n) = self.shared_lookup(ip, mem)? {
+            if let Some((n, record)) = self.shared_lookup(ip, mem)? {
                 self.last = n;
                 census!(crate::census::touch(
-                    self.shared.insn(n),
+                    record.insn(),
                     crate::census::Part::Code
                 ));
-                return Ok(self.shared.insn(n));
+                return Ok(record.insn());
             }
         }
         self.private_lookup(ip, mem)
@@ -689,11 +703,10 @@ impl Code {
     ) -> Result<(&Insn, Handler<SpecCpu>), Stop> {
         let s = self.shared;
         if self.entered && ip != 0 {
-            if let Some(n) = self.shared_lookup(ip, mem)? {
+            if let Some((n, record)) = self.shared_lookup(ip, mem)? {
                 self.last = n;
-                let record = &s.records[n as usize];
                 census!(crate::census::touch(record, crate::census::Part::Code));
-                let insn = s.insn(n);
+                let insn = record.insn();
                 let offset = record.handler.load(Ordering::Relaxed);
                 if offset != 0 && std::ptr::eq(table, s.table) {
                     let at = s.anchor.wrapping_add(offset as isize as usize);
