@@ -2,7 +2,8 @@
 //! emulated instruction, in process and without signals, on two pieces of
 //! this binary's code: a small branchy loop, and `mixed` (B-tree searches,
 //! decimal formatting, a hash: a few hundred distinct instructions a
-//! segment, loads that chase pointers). Each with its caches warm (the
+//! segment, loads that chase pointers), and `sorting` (glibc's qsort and
+//! memcmp over a small table: loads, stores and calls). Each with its caches warm (the
 //! same segment again and again), and cold (a 32 MiB sweep between
 //! segments, as the application leaves them between two samples). The
 //! handler's figure on a real program is summary.json's `emulation_ns /
@@ -71,6 +72,44 @@ extern "C" fn mixed(map: *const BTreeMap<u64, u64>, keys: *const u64, n: u64) ->
     acc
 }
 
+/// Records for `sorting`: 16-byte keys, compared whole.
+const RECORDS: usize = 40;
+
+extern "C" fn compare_keys(a: *const libc::c_void, b: *const libc::c_void) -> libc::c_int {
+    // SAFETY: qsort passes two of the caller's 16-byte records.
+    unsafe { libc::memcmp(a, b, 16) }
+}
+
+/// Code like a database's inner loops, in the C library: loads and
+/// stores over a small table, a comparison through a function pointer,
+/// and glibc's vectorised memcmp (its AVX2 or EVEX form, by this CPU).
+/// The records are re-scrambled first from `seed`, so that each run sorts
+/// the same input.
+#[inline(never)]
+extern "C" fn sorting(records: *mut [u8; 16], seed: u64, n: u64) -> u64 {
+    let mut x = seed;
+    let mut sum = 0u64;
+    for _ in 0..n {
+        // SAFETY: the caller passes a table of RECORDS records.
+        let table = unsafe { std::slice::from_raw_parts_mut(records, RECORDS) };
+        for r in table.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Keys share their first bytes, as index keys do: memcmp reads
+            // past them.
+            r[..8].copy_from_slice(&[7u8; 8]);
+            r[8..].copy_from_slice(&(x % 64).to_be_bytes());
+        }
+        // SAFETY: RECORDS records of 16 bytes, and a comparator for them.
+        unsafe {
+            libc::qsort(records.cast(), RECORDS, 16, Some(compare_keys));
+        }
+        sum = sum.wrapping_add(u64::from(table[0][15]));
+    }
+    sum
+}
+
 struct Sink(Vec<BranchEntry>);
 
 impl EntrySink for Sink {
@@ -121,8 +160,10 @@ fn main() {
         .step_by(2)
         .map(|&k| (k, k.rotate_left(17)))
         .collect();
+    let mut records = vec![[0u8; 16]; RECORDS];
+    let fs_base = breakdance::sys::fs_base();
     // Where each workload starts: (name, function, rdi, rsi, rdx).
-    let workloads: [(&str, u64, [u64; 3]); 2] = [
+    let workloads: [(&str, u64, [u64; 3]); 3] = [
         (
             "branchy",
             branchy as *const () as u64,
@@ -136,6 +177,11 @@ fn main() {
                 table.as_ptr() as u64,
                 1 << 20,
             ],
+        ),
+        (
+            "sorting",
+            sorting as *const () as u64,
+            [records.as_mut_ptr() as u64, 0x9E37_79B9, 1 << 20],
         ),
     ];
     // `cargo bench --bench emulate -- mixed` runs only that workload.
@@ -165,6 +211,9 @@ fn main() {
                         *s = x86_sem::CpuState::new();
                         s.rip = entry;
                         s.gpr[4] = top; // rsp: a return address of 0 ends it
+                                        // The thread's own: glibc's code reads its stack
+                                        // canary at fs:0x28.
+                        s.fs_base = fs_base;
                         (s.gpr[7], s.gpr[6], s.gpr[2]) = (args[0], args[1], args[2]);
                         sink.0.clear();
                         let t = Instant::now();
@@ -192,4 +241,5 @@ fn main() {
         }
     }
     black_box(&mut stack);
+    black_box(&mut records);
 }

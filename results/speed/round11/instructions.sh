@@ -10,9 +10,11 @@
 #   results/speed/round11/instructions.sh REV... > out.csv
 #
 # Each REV (a commit, or "." for the working tree's tracked files) is
-# checked out into a temporary worktree with callgrind.patch applied: the
-# bench cut to the one warm round, and x86-sem's addr32 string probe
-# answered without running (valgrind cannot decode those instructions).
+# checked out into a temporary worktree, with this checkout's
+# benches/emulate.rs (the same workloads for every REV) and callgrind.patch
+# applied: the bench cut to the one warm round, and x86-sem's addr32
+# string probe answered without running (valgrind cannot decode those
+# instructions).
 # Needs valgrind (scripts/install-deps.sh).
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: instructions.sh REV..." >&2; exit 2; }
@@ -34,14 +36,15 @@ for rev in "$@"; do
     [ -n "$commit" ] || commit=HEAD
   fi
   git -C "$root" worktree add -q --detach "$work/tree" "$commit"
-  git -C "$work/tree" apply -3 "$here/callgrind.patch"
+  cp "$root/benches/emulate.rs" "$work/tree/benches/emulate.rs"
+  git -C "$work/tree" apply "$here/callgrind.patch"
   bench=$(cd "$work/tree" && CARGO_TARGET_DIR=$target cargo bench --bench emulate --no-run --message-format=json 2> /dev/null \
     | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "emulate" and m.get("executable"):
         print(m["executable"])')
-  for w in mixed branchy; do
+  for w in mixed branchy sorting; do
     out=$(valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
       '--toggle-collect=*Emulator::run_with*' "$bench" "$w" 2>&1)
     # "... per step run (2048 per segment)": 200 segments were run.
