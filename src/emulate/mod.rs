@@ -1406,8 +1406,9 @@ impl Emulator {
             // that relies on one (split, or past its limit) ends at its
             // start (below).
             let reads = self.cpu.mem.step_mutable_reads > 0;
-            let watched = safe || tail.is_some() || sealed.is_some();
-            let unsafe_step = reads && (!watched || !self.implicit_stack_read(pc, rsp, rbp));
+            let unsafe_step = reads
+                && (!(safe || tail.is_some() || sealed.is_some())
+                    || !self.implicit_stack_read(pc, rsp, rbp));
             if unsafe_step {
                 safe = false;
                 tail = None;
@@ -1451,13 +1452,17 @@ impl Emulator {
                         }
                     }
                     steps += 1;
-                    after_taken = r.taken && r.kind != BranchKind::None;
-                    if r.next_rip == r.ip && r.kind == BranchKind::None {
+                    // Only a branch is taken (x86_sem's `transfer`), and
+                    // a rep string instruction that goes on again is the
+                    // one step that retires at its own address untaken.
+                    debug_assert!(!r.taken || r.kind != BranchKind::None);
+                    after_taken = r.taken;
+                    if r.next_rip == r.ip && !r.taken {
                         rep_start.get_or_insert(steps - 1);
                         continue;
                     }
                     rep_start = None;
-                    if r.taken && r.kind != BranchKind::None && entries < wanted {
+                    if r.taken && entries < wanted {
                         if self.cpu.mem.exec_range(r.next_rip).is_none() {
                             // A branch into code no module names ends the
                             // trace unrecorded; the checkpoint at its

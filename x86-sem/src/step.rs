@@ -94,7 +94,8 @@ pub struct Retired {
     pub next_rip: u64,
     /// Control-flow class.
     pub kind: BranchKind,
-    /// Whether a branch was taken (always for unconditional ones).
+    /// Whether a branch was taken (always for unconditional ones; never
+    /// when `kind` is `None`).
     pub taken: bool,
     /// Branch target, taken or not, when `kind` is a branch.
     pub target: u64,
