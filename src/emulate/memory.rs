@@ -362,6 +362,7 @@ impl LiveMemory {
     /// With `log` false the bytes read from real memory are neither logged
     /// nor checked later: memory that cannot change while the segment runs
     /// (immutable, or private to a quiet process), read afresh each time.
+    #[inline(always)]
     pub fn load_noting(
         &mut self,
         probe: &impl Probe,
@@ -408,7 +409,7 @@ impl LiveMemory {
     /// load of its bytes `mask`: the segment's stores over real memory,
     /// read (and logged, with `log`) only where the load needs bytes the
     /// segment did not store; and whether it read real memory.
-    #[inline]
+    #[inline(always)]
     fn seen(
         &mut self,
         probe: &impl Probe,
