@@ -763,7 +763,7 @@ mod tests {
         let slots = ThreadSlot::zeroed_table();
         drop(after);
         assert_eq!(slots.len(), MAX_THREADS);
-        let (resident, pages) = resident_pages(&slots);
+        let (resident, pages) = resident_pages(slots);
         assert!(
             resident <= 2,
             "{resident} of the table's {pages} pages resident at start"
@@ -802,7 +802,7 @@ mod tests {
         seen.sort_unstable();
         assert_eq!(seen, tids);
         let _ = tracer.totals();
-        let (resident, pages) = resident_pages(&tracer.slots);
+        let (resident, pages) = resident_pages(tracer.slots);
         assert!(
             resident <= 2 * tids.len(),
             "{resident} of the table's {pages} pages resident after the scans"
