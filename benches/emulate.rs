@@ -1,10 +1,10 @@
 //! `cargo bench --bench emulate`: the emulate-ahead core's cost per
-//! emulated instruction, in process and without signals, on two pieces of
-//! this binary's code: a small branchy loop, and `mixed` (B-tree searches,
-//! decimal formatting, a hash: a few hundred distinct instructions a
-//! segment, loads that chase pointers), and `sorting` (glibc's qsort and
-//! memcmp over a small table: loads, stores and calls). Each with its caches warm (the
-//! same segment again and again), and cold (a 32 MiB sweep between
+//! emulated instruction, in process and without signals, on three pieces
+//! of code: a small branchy loop, `mixed` (B-tree searches, decimal
+//! formatting, a hash: a few hundred distinct instructions a segment,
+//! loads that chase pointers), and `sorting` (glibc's qsort and memcmp
+//! over a small table: loads, stores and calls). Each with its caches warm
+//! (the same segment again and again), and cold (a 32 MiB sweep between
 //! segments, as the application leaves them between two samples). The
 //! handler's figure on a real program is summary.json's `emulation_ns /
 //! emulated_steps`; this one says how much of it is the work and how much
