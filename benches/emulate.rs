@@ -132,7 +132,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let maps = std::fs::read_to_string("/proc/self/maps").expect("reading /proc/self/maps");
-    let exec: &'static ExecMap = Box::leak(ExecMap::boxed());
+    let exec: &'static ExecMap = ExecMap::mapped();
     let ranges: Vec<(u64, u64)> = parse_maps(&maps)
         .iter()
         .filter(|m| m.perms.contains('x'))

@@ -148,7 +148,7 @@ pub struct ExecMap {
 
 // SAFETY: every field is valid as zero bytes: atomics, arrays of integers
 // in UnsafeCell, the doorbell's word. Zero is `ExecMap::new()`'s value but
-// for `generation`, which `ExecMap::boxed` sets.
+// for `generation`, which `ExecMap::mapped` sets.
 unsafe impl bytemuck::Zeroable for ExecMap {}
 
 // SAFETY: a copy is written only by the one writer while its reader count
@@ -179,13 +179,16 @@ fn sorted(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
 }
 
 impl ExecMap {
-    /// An empty map on the heap, made there: it is 139 KiB (two copies
-    /// of fixed tables), too much for the stack of the thread that starts
-    /// a session (the main thread under autostart, whose stack limit may
-    /// be small: `ulimit -s 128` crashed a program at start). The zeroed
-    /// allocation is calloc's: pages are touched only as tables fill.
-    pub fn boxed() -> Box<ExecMap> {
-        let map = bytemuck::zeroed_box::<ExecMap>();
+    /// An empty map in a mapping of its own, made there: it is 139 KiB
+    /// (two copies of fixed tables), too much for the stack of the thread
+    /// that starts a session (the main thread under autostart, whose stack
+    /// limit may be small: `ulimit -s 128` crashed a program at start).
+    /// Its pages are fresh zero pages, touched only as tables fill, also
+    /// when the session starts after the application freed a large block
+    /// (`sys::zeroed_static_slice`). Lives as long as the process.
+    pub fn mapped() -> &'static ExecMap {
+        // SAFETY: ExecMap is Zeroable (above).
+        let map = &unsafe { crate::sys::zeroed_static_slice::<ExecMap>(1, 64) }[0];
         map.generation.store(1, Ordering::Relaxed);
         map
     }
@@ -462,11 +465,11 @@ mod tests {
         assert_eq!(map.range_of(0x1800), Some((0x1000, 0x2000)));
     }
 
-    /// The map made on the heap is the map `new` makes: the same
+    /// The map made in a mapping is the map `new` makes: the same
     /// generation, nothing in it, and it fills the same.
     #[test]
-    fn a_boxed_map_is_a_new_one() {
-        let (boxed, new) = (ExecMap::boxed(), ExecMap::new());
+    fn a_mapped_map_is_a_new_one() {
+        let (boxed, new) = (ExecMap::mapped(), ExecMap::new());
         assert_eq!(boxed.generation(), new.generation());
         assert_eq!(boxed.range_of(0x1800), None);
         let code = layout(

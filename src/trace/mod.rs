@@ -493,7 +493,7 @@ pub struct Tracer {
     /// mapped the zero page under all 1.3 MB of the table, 325 page faults
     /// in every process the library started in.
     claimed: [AtomicU64; MAX_THREADS / 64],
-    pub exec: Box<ExecMap>,
+    pub exec: &'static ExecMap,
     pub pool: Arc<BufferPool>,
     /// The heavy per-thread state, taken at a thread's first sample and
     /// given back when its slot closes.
@@ -548,7 +548,7 @@ impl Tracer {
         Tracer {
             slots: ThreadSlot::zeroed_table(),
             claimed: [const { AtomicU64::new(0) }; MAX_THREADS / 64],
-            exec: ExecMap::boxed(),
+            exec: ExecMap::mapped(),
             pool: Arc::new(BufferPool::new()),
             states: StatePools::new(),
             lbr: AtomicUsize::new(32),

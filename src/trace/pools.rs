@@ -161,7 +161,7 @@ fn new_cache() -> Box<BlockCache> {
 
 fn new_emulator() -> Box<Emulator> {
     match super::tracer() {
-        Some(st) => Emulator::new(&st.exec),
+        Some(st) => Emulator::new(st.exec),
         // Pools belong to the process's one tracer: it exists.
         None => unreachable!("state pools without a tracer"),
     }

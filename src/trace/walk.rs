@@ -254,7 +254,7 @@ fn follow(
     mut sp: StackPointer,
 ) {
     let c = &slot.counters;
-    let mut code = LiveCode::new(&tracer.exec);
+    let mut code = LiveCode::new(tracer.exec);
     let generation = tracer.exec.generation();
     loop {
         let Some(cache) = t.cache.as_mut() else {
