@@ -80,7 +80,7 @@ fn totals() -> &'static mut Totals {
     unsafe { &mut *TOTALS.0.get() }
 }
 
-// The code half of the sweep: `CODE_SWEEP_PAGES` pages of code, each
+// The code half of the sweep: 256 pages of code (1 MiB), each
 // run through 2 KiB of no-ops and then a jump to the next page, so that
 // the handler's instructions leave the L1i cache (32 KiB here) and its
 // pages the first-level iTLB, as the application's code makes them between

@@ -181,6 +181,7 @@ pub fn sigtrap_pending() -> bool {
         libc::sigpending(&mut set) == 0 && libc::sigismember(&set, libc::SIGTRAP) == 1
     }
 }
+
 /// A zeroed slice of `n` `T`s in an anonymous mapping of its own, its
 /// start on an `align` boundary (a power of two; past 4096 the mapping is
 /// padded to whole `align` regions, with one more to align within). Its
