@@ -127,6 +127,26 @@ pub fn tgkill(tid: i32, sig: i32) -> Result<(), Errno> {
     }
 }
 
+/// Queues `sig` with the siginfo `info` to the calling thread
+/// (rt_tgsigqueueinfo: the kernel lets a thread send itself any code).
+/// Async-signal-safe.
+pub fn requeue_own_signal(sig: i32, info: &libc::siginfo_t) -> Result<(), Errno> {
+    // SAFETY: getpid and gettid cannot fail; the kernel copies `info` and
+    // targets only this thread.
+    unsafe {
+        let pid = raw::syscall4(libc::SYS_getpid, 0, 0, 0, 0);
+        let tid = raw::syscall4(libc::SYS_gettid, 0, 0, 0, 0);
+        check_raw(raw::syscall4(
+            libc::SYS_rt_tgsigqueueinfo,
+            pid as u64,
+            tid as u64,
+            sig as u64,
+            info as *const libc::siginfo_t as u64,
+        ))
+        .map(drop)
+    }
+}
+
 /// Clock `id` in nanoseconds. Async-signal-safe (clock_gettime is on the
 /// POSIX list; on Linux it is a vDSO call).
 fn clock_ns(id: libc::clockid_t) -> u64 {
@@ -168,7 +188,7 @@ pub fn thread_cpu_ns_of(tid: i32) -> Option<u64> {
 pub fn perf_time_enabled(fd: RawFd) -> Option<u64> {
     let mut v = [0u64; 2];
     // SAFETY: reads at most 16 bytes into v.
-    let n = unsafe { libc::read(fd, v.as_mut_ptr().cast(), 16) };
+    let n = unsafe { raw::syscall4(libc::SYS_read, fd as u64, v.as_mut_ptr() as u64, 16, 0) };
     (n == 16).then_some(v[1])
 }
 
@@ -544,6 +564,12 @@ fn kernel_bits(set: &mut libc::sigset_t) -> &mut u64 {
 /// Adds `sig` to `set` without calling libc. Async-signal-safe.
 pub fn sigset_add(set: &mut libc::sigset_t, sig: i32) {
     *kernel_bits(set) |= 1u64 << ((sig - 1) & 63);
+}
+
+/// Whether `sig` is in `set`, without calling libc. Async-signal-safe.
+pub fn sigset_has(set: &libc::sigset_t, sig: i32) -> bool {
+    let mut s = *set;
+    *kernel_bits(&mut s) & (1u64 << ((sig - 1) & 63)) != 0
 }
 
 /// Adds every signal of `other` to `set`. Async-signal-safe.

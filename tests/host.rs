@@ -713,6 +713,64 @@ fn code_taken_away_under_the_lookahead() {
     }
 }
 
+/// Faults a program takes and handles with SIGTRAP blocked: the kernel
+/// delivers the sample's blocked SIGTRAP ahead of the fault's SIGSEGV,
+/// which then lands at the first instruction of the tracer's SIGTRAP
+/// handler (`trace::chain::on_fault` tells the story). The tracer puts
+/// the SIGTRAP back and hands the program's handler the fault's own
+/// context: blocked_sigtrap_faults.c checks the address and pc of every
+/// fault and steps over it, in every mode. Without that, the program's
+/// handler saw a fault that was not its own and the program crashed at
+/// its first one; the code_taken_away test met the same ordering under
+/// load, at a fault of the look-ahead's own loads (a few runs in a
+/// hundred).
+#[test]
+fn faults_with_sigtrap_blocked_reach_the_program_as_they_happened() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("blocked-trap");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "blocked_sigtrap_faults",
+        &["blocked_sigtrap_faults.c"],
+        &[],
+    );
+    let (cpu_ms, period_ns) = (300, 100_000);
+    let args = [cpu_ms.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let native = native(&scratch, &program, &args);
+    for mode in ["paper", "emulate"] {
+        let out = scratch.path(&format!("out-{mode}"));
+        let profiled = record_bounded_with(
+            &tracer,
+            &scratch,
+            &out,
+            Some(period_ns),
+            &["--lookahead", mode],
+            &program,
+            &args,
+        );
+        let name = format!("blocked_sigtrap_faults ({mode})");
+        assert_same_behaviour(&name, &native.output, &profiled.output);
+        let rec = load(&out);
+        check_summary(&rec);
+        assert_valid_traces(&name, &rec);
+        let put_back = host_counter(&rec.summary, "sigtraps_put_back");
+        eprintln!("{name}: {put_back} SIGTRAPs put back");
+        assert!(
+            put_back > 0,
+            "{name}: no SIGTRAP was delivered ahead of a fault: the test did not \
+             reach the case it is for; {}",
+            rec.summary
+        );
+        assert_eq!(host_counter(&rec.summary, "sigtraps_lost"), 0, "{name}");
+        assert_sampling_went_on(&name, &rec, period_ns, cpu_ms);
+    }
+}
+
 /// A panic in the tracer's signal handler (forced by a test-only failpoint)
 /// writes its message and aborts the process at once, as `panic = "abort"`
 /// would: it does not unwind (std would then abort only at the handler's

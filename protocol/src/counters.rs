@@ -187,6 +187,10 @@ macro_rules! for_each_counter {
             /// Debug exceptions at the tracer's breakpoint the kernel could
             /// not attribute, dropped instead of passed to the application.
             stray_debug_traps: Count,
+            /// Sampling events found off after a breakpoint's SIGTRAP came
+            /// late (the thread had SIGTRAP blocked): a sample raised while
+            /// it waited merged into it and was lost; sampling re-armed.
+            samples_merged: Count,
             /// `callstack`: traces written with the call stack taken at
             /// their newest branch.
             callstacks: Count,
@@ -452,6 +456,14 @@ macro_rules! for_each_host_counter {
             /// refresh; the trace ended there (`outside_mappings`) instead
             /// of faulting in the handler.
             code_unreadable: process,
+            /// Samples' and stops' SIGTRAPs that the kernel delivered
+            /// while blocked, just ahead of a fault's SIGSEGV or SIGBUS,
+            /// put back pending (see `trace::chain`) so that the fault is
+            /// handled where it happened.
+            sigtraps_put_back: process,
+            /// Such SIGTRAPs that the kernel refused to take back (the
+            /// sample or stop was lost).
+            sigtraps_lost: process,
             /// Breakpoint events replaced after a hit delivered late (the
             /// thread had SIGTRAP blocked) or an abandoned handler.
             breakpoints_renewed: thread,
@@ -459,6 +471,9 @@ macro_rules! for_each_host_counter {
             /// could not attribute, dropped instead of passed to the
             /// application.
             stray_debug_traps: thread,
+            /// Samples lost to a late breakpoint SIGTRAP they merged into,
+            /// their sampling re-armed.
+            samples_merged: thread,
         }
     };
 }

@@ -25,7 +25,7 @@ use crate::sys;
 use super::counters::Counters;
 use super::ends::close_open_trace;
 use super::engine::{Engine, StopRegisters, Ucontext};
-use super::events::{rearm_sampling, renew_breakpoint, watch_trace};
+use super::events::{rearm_sampling, renew_breakpoint, revive_sampling, watch_trace};
 use super::{chain, Entry, Lookahead, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG};
 
 /// The engine of `mode`: the one place a mode is looked at.
@@ -77,7 +77,8 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                         }
                         engine.on_sample(tracer, slot, t, uc);
                     } else {
-                        if sys::siginfo_perf_flags(si) & sys::TRAP_PERF_FLAG_ASYNC != 0 {
+                        let late = sys::siginfo_perf_flags(si) & sys::TRAP_PERF_FLAG_ASYNC != 0;
+                        if late {
                             // Hit while the thread blocked SIGTRAP: how many
                             // times is unknown, maybe up to the limit.
                             renew_breakpoint(slot, t);
@@ -85,6 +86,9 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                             t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
                         }
                         engine.on_breakpoint(tracer, slot, t, uc);
+                        if late && tracer.running.load(Ordering::Acquire) {
+                            revive_sampling(slot, t);
+                        }
                     }
                     slot.leave();
                 }
