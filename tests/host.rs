@@ -714,16 +714,21 @@ fn code_taken_away_under_the_lookahead() {
 }
 
 /// Faults a program takes and handles with SIGTRAP blocked: the kernel
-/// delivers the sample's blocked SIGTRAP ahead of the fault's SIGSEGV,
+/// delivers the sample's blocked SIGTRAP ahead of the fault's signal,
 /// which then lands at the first instruction of the tracer's SIGTRAP
-/// handler (`trace::chain::on_fault` tells the story). The tracer puts
-/// the SIGTRAP back and hands the program's handler the fault's own
-/// context: blocked_sigtrap_faults.c checks the address and pc of every
-/// fault and steps over it, in every mode. Without that, the program's
-/// handler saw a fault that was not its own and the program crashed at
-/// its first one; the code_taken_away test met the same ordering under
+/// handler (`trace::chain::beneath_a_blocked_sigtrap` tells the story).
+/// The tracer puts the SIGTRAP back and hands the program's handler the
+/// fault's own context: blocked_sigtrap_faults.c takes a SIGSEGV, a
+/// SIGFPE and a SIGILL in turn, checks the address and pc of each and
+/// steps over it, in paper and emulate modes. Without that, the
+/// program's handler saw a fault that was not its own and the program
+/// died at its first one (SIGSEGV; SIGFPE or SIGILL until those were
+/// chained too); the code_taken_away test met the same ordering under
 /// load, at a fault of the look-ahead's own loads (a few runs in a
-/// hundred).
+/// hundred). The program's blocked sections also make a sample merge
+/// into a breakpoint's late SIGTRAP now and then (`samples_merged`):
+/// `check_summary`'s bound on sampling off time fails if that leaves
+/// sampling off (about one run in ten did).
 #[test]
 fn faults_with_sigtrap_blocked_reach_the_program_as_they_happened() {
     let tracer = tracer();

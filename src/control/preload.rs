@@ -318,7 +318,7 @@ pub unsafe extern "C" fn pthread_create(
 }
 
 /// Interposed sigaction: the actions of the signals the tracer handles
-/// (SIGTRAP, and SIGSEGV/SIGBUS in emulate mode) are kept for chaining
+/// (SIGTRAP, and the fault signals of `chain::FAULTS`) are kept for chaining
 /// while our handler is installed; the application's handlers for
 /// asynchronous signals are wrapped (`quiet::wrap`).
 ///

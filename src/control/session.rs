@@ -387,15 +387,16 @@ pub fn start(options: &Options) -> Result<String, StartError> {
     // The handlers read the thread's memory through fault-safe loads (the
     // emulator's, and a breakpoint's branch reading its return address or
     // jump-table slot): our fault handler goes in front of the
-    // application's for the session. The emulator is built before any
-    // thread is traced.
+    // application's for the session (for SIGILL and SIGFPE as well: see
+    // `chain::beneath_a_blocked_sigtrap`). The emulator is built before
+    // any thread is traced.
     if crate::trace::emulates(resolved.lookahead) {
         crate::emulate::warm();
     }
     // The spare per-thread state of the mode (taken at threads' first
     // samples, never made in a handler): the worker keeps it topped up.
     trace::top_up_pools(tracer);
-    for sig in [libc::SIGSEGV, libc::SIGBUS] {
+    for sig in chain::FAULTS {
         chain::install(
             sig,
             chain::on_fault,
@@ -529,7 +530,7 @@ pub fn stop_into(options: &StopOptions) -> Result<String, StopError> {
     // drops such late traps and passes every other SIGTRAP on.
     // No handler emulates any more: the application's fault actions go
     // back to the kernel.
-    for sig in [libc::SIGSEGV, libc::SIGBUS] {
+    for sig in chain::FAULTS {
         let _ = chain::uninstall(sig);
     }
     running.stop_worker.store(true, Ordering::Release);

@@ -1,13 +1,16 @@
 //! The application's own dispositions of the signals the tracer handles:
-//! SIGTRAP (sampling and breakpoint stops) and, in emulate mode, SIGSEGV
-//! and SIGBUS (faults of the emulator's fault-safe loads).
+//! SIGTRAP (sampling and breakpoint stops) and, while a session runs, the
+//! fault signals (SIGSEGV and SIGBUS for the faults of the fault-safe
+//! loads; SIGILL and SIGFPE too, for a blocked SIGTRAP delivered ahead of
+//! a fault).
 //!
 //! When a session starts, the application's action for each such signal is
 //! saved here and ours installed. While ours is installed, the library's
 //! `sigaction` and `signal` interposers store the application's new actions
 //! here instead of in the kernel, so neither side loses its handler. Signals
 //! that are not ours (int3, raise, ptrace for SIGTRAP; every fault but the
-//! emulator's own for SIGSEGV/SIGBUS) are forwarded to the saved action.
+//! fault-safe load's own for the fault signals) are forwarded to the saved
+//! action.
 //!
 //! Each action is a `sync::Published` value: writers (serialised by
 //! `WRITER`) replace it, the handler reads it without locks.
@@ -18,8 +21,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::Published;
 use crate::sys;
 
+/// The fault signals our [`on_fault`] takes for the session: SIGSEGV and
+/// SIGBUS for the fault-safe loads, SIGILL and SIGFPE only so that a
+/// blocked SIGTRAP the kernel delivers ahead of one of them is put back
+/// (see [`beneath_a_blocked_sigtrap`]).
+pub const FAULTS: [i32; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE];
+
 /// The signals whose actions are kept here, in slot order.
-pub const CHAINED: [i32; 3] = [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS];
+pub const CHAINED: [i32; 5] = [
+    libc::SIGTRAP,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+];
 
 /// The application's action for one chained signal, and whether ours is
 /// installed (and so the kernel holds ours, and this the app's).
@@ -46,7 +61,7 @@ impl Saved {
     }
 }
 
-static SAVED: [Saved; CHAINED.len()] = [Saved::new(), Saved::new(), Saved::new()];
+static SAVED: [Saved; CHAINED.len()] = [const { Saved::new() }; CHAINED.len()];
 
 static WRITER: AtomicBool = AtomicBool::new(false);
 
@@ -197,9 +212,9 @@ pub(crate) fn forward(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     sys::set_signal_mask(&ours);
 }
 
-/// Our SIGSEGV and SIGBUS handler: a fault of the emulator's fault-safe
-/// load is turned into its error return; every other fault goes to the
-/// application's action. Async-signal-safe.
+/// Our handler of the [`FAULTS`]: a fault of the fault-safe load is turned
+/// into its error return; every other fault goes to the application's
+/// action. Async-signal-safe.
 pub(crate) extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel passes a valid siginfo and the handler's own
     // ucontext.
