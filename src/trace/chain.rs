@@ -299,17 +299,98 @@ unsafe fn beneath_a_blocked_sigtrap(
 mod tests {
     use super::*;
 
+    /// A sample's SIGTRAP as perf raises it: TRAP_PERF with our tag.
+    fn tagged_sample() -> libc::siginfo_t {
+        // SAFETY: plain data.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        info.si_signo = libc::SIGTRAP;
+        info.si_code = sys::TRAP_PERF;
+        // SAFETY: byte 24 of the 128-byte siginfo is si_perf_data (see
+        // `sys::siginfo_perf_data`).
+        unsafe {
+            *(&mut info as *mut libc::siginfo_t)
+                .cast::<u8>()
+                .add(24)
+                .cast::<u64>() = crate::trace::SAMPLE_TAG;
+        }
+        info
+    }
+
+    /// Blocks SIGTRAP in the calling thread and queues it a tagged sample.
+    fn block_and_queue_a_sample() -> bool {
+        let blocked = sys::Blocked::These(&[libc::SIGTRAP]).mask();
+        // SAFETY: valid sigsets.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut()) };
+        sys::requeue_own_signal(libc::SIGTRAP, &tagged_sample()).is_ok()
+    }
+
+    /// Runs `body` in a child process and returns its exit code; panics,
+    /// naming the signal, if a signal ended it.
+    fn in_child(body: fn() -> i32) -> i32 {
+        // SAFETY: the child runs only `body` (raw syscalls, sigaction,
+        // atomics) and leaves by _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let code = body();
+            // SAFETY: ends the child without running the parent's
+            // destructors or test harness.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: reaps our child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status),
+            "the child died of signal {} (status {status:#x})",
+            libc::WTERMSIG(status)
+        );
+        libc::WEXITSTATUS(status)
+    }
+
+    extern "C" fn probe_trap(_: i32, _: *mut libc::siginfo_t, _: *mut c_void) {}
+
+    extern "C" fn probe_segv(_: i32, _: *mut libc::siginfo_t, ctx: *mut c_void) {
+        // SAFETY: the kernel's ucontext.
+        let rip =
+            unsafe { (*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_RIP as usize] };
+        let first = rip as usize == probe_trap as extern "C" fn(_, _, _) as usize;
+        // SAFETY: ends the child.
+        unsafe { libc::_exit(if first { 10 } else { 11 }) };
+    }
+
+    /// Whether this kernel delivers a blocked, pending SIGTRAP ahead of a
+    /// fault's SIGSEGV (the SIGSEGV then finds the thread at the first
+    /// instruction of the SIGTRAP handler): plain handlers, no tracer.
+    fn kernel_delivers_blocked_sigtrap_first() -> bool {
+        let code = in_child(|| {
+            let trap = sys::install_handler(libc::SIGTRAP, probe_trap, sys::Blocked::These(&[]), 0);
+            let segv = sys::install_handler(libc::SIGSEGV, probe_segv, sys::Blocked::These(&[]), 0);
+            if trap.is_err() || segv.is_err() || !block_and_queue_a_sample() {
+                return 2;
+            }
+            // SAFETY: page 0 is never mapped: this faults, and the SIGSEGV
+            // handler ends the child.
+            unsafe { std::ptr::read_volatile(std::ptr::without_provenance::<u64>(16)) };
+            3
+        });
+        assert!(
+            code == 10 || code == 11,
+            "the probe failed with code {code}"
+        );
+        code == 10
+    }
+
     /// A fault of the fault-safe load with a tagged sample's SIGTRAP
-    /// pending and blocked, as inside our SIGTRAP handler: the kernel hands
-    /// over the SIGTRAP first and the SIGSEGV on top of it (see
-    /// [`beneath_a_blocked_sigtrap`]). The load must report the fault, the
-    /// SIGTRAP must wait again, and the process must live. Run in a child
-    /// process, which the fault may kill. Returns the child's exit code: 0
-    /// when all held; 2 or 3 when the set-up failed; 4 when the load read
-    /// page 0; 5 when the SIGTRAP was taken instead of put back (without
-    /// the handling: `on_sigtrap` ran nested, and the fault went to the
-    /// test harness's SIGSEGV action); 6 when it was not counted.
-    fn fault_under_a_pending_sigtrap() -> i32 {
+    /// pending and blocked, as inside our SIGTRAP handler. The load must
+    /// report the fault, the SIGTRAP must still wait, and the process must
+    /// live. In a child process, which the fault may kill. Returns 0 when
+    /// all held, else the first check that failed: 2 the set-up; 4 the load
+    /// read page 0; 5 the SIGTRAP was taken instead of put back (without
+    /// the handling, on a kernel that delivers it first: `on_sigtrap` ran
+    /// nested, and the fault went to the test harness's SIGSEGV action);
+    /// 6 the put-backs were not counted one for one.
+    fn fault_under_a_pending_sigtrap(first: bool) -> i32 {
         let segv = install(
             libc::SIGSEGV,
             on_fault,
@@ -322,28 +403,8 @@ mod tests {
             sys::Blocked::AllButFaults,
             Kind::Trap,
         );
-        if segv.is_err() || trap.is_err() {
+        if segv.is_err() || trap.is_err() || !block_and_queue_a_sample() {
             return 2;
-        }
-        let blocked = sys::Blocked::These(&[libc::SIGTRAP]).mask();
-        // SAFETY: plain data.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid sigsets.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &blocked, &mut old) };
-        // A sample's SIGTRAP, as perf raises it: TRAP_PERF with our tag.
-        // SAFETY: plain data; the perf fields sit where sys reads them.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        info.si_signo = libc::SIGTRAP;
-        info.si_code = sys::TRAP_PERF;
-        // SAFETY: byte 24 of the 128-byte siginfo is si_perf_data.
-        unsafe {
-            *(&mut info as *mut libc::siginfo_t)
-                .cast::<u8>()
-                .add(24)
-                .cast::<u64>() = crate::trace::SAMPLE_TAG;
-        }
-        if sys::requeue_own_signal(libc::SIGTRAP, &info).is_err() {
-            return 3;
         }
         let before = crate::host::HOST.sigtraps_put_back.load(Ordering::Relaxed);
         // Page 0 is never mapped.
@@ -353,36 +414,27 @@ mod tests {
         if !sys::sigtrap_pending() {
             return 5;
         }
-        if crate::host::HOST.sigtraps_put_back.load(Ordering::Relaxed) != before + 1 {
+        let put_back = crate::host::HOST.sigtraps_put_back.load(Ordering::Relaxed) - before;
+        if put_back != u64::from(first) {
             return 6;
         }
         0
     }
 
+    /// See [`fault_under_a_pending_sigtrap`]; on a kernel that delivers a
+    /// blocked SIGTRAP first (this project's guests, 6.18) the put-back is
+    /// what is checked, on one that does not the plain path is.
     #[test]
     fn a_fault_under_a_pending_blocked_sigtrap_is_recognised() {
-        // SAFETY: the child runs only the test body (raw syscalls,
-        // sigaction, atomics) and leaves by _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            let code = fault_under_a_pending_sigtrap();
-            // SAFETY: ends the child without running the parent's
-            // destructors or test harness.
-            unsafe { libc::_exit(code) };
-        }
-        let mut status = 0;
-        // SAFETY: reaps our child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(
-            libc::WIFEXITED(status),
-            "the child died of signal {} (status {status:#x}): the fault was \
-             not recognised under the SIGTRAP",
-            libc::WTERMSIG(status)
-        );
+        let first = kernel_delivers_blocked_sigtrap_first();
+        eprintln!("this kernel delivers a blocked SIGTRAP ahead of a fault: {first}");
+        let code = if first {
+            in_child(|| fault_under_a_pending_sigtrap(true))
+        } else {
+            in_child(|| fault_under_a_pending_sigtrap(false))
+        };
         assert_eq!(
-            libc::WEXITSTATUS(status),
-            0,
+            code, 0,
             "the check that failed, by its code in fault_under_a_pending_sigtrap"
         );
     }
