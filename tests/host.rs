@@ -128,6 +128,37 @@ fn record_command(
     command
 }
 
+/// `program args` recorded in look-ahead `mode` at `period_ns` into
+/// `out-MODE`, bounded: it behaves as `native` did, its summary checks and
+/// its traces are valid. `name` names it in messages.
+#[allow(clippy::too_many_arguments)]
+fn record_mode_checked(
+    tracer: &Tracer,
+    scratch: &Scratch,
+    name: &str,
+    mode: &str,
+    period_ns: u64,
+    program: &Path,
+    args: &[&str],
+    native: &Run,
+) -> Recording {
+    let out = scratch.path(&format!("out-{mode}"));
+    let profiled = record_bounded_with(
+        tracer,
+        scratch,
+        &out,
+        Some(period_ns),
+        &["--lookahead", mode],
+        program,
+        args,
+    );
+    assert_same_behaviour(name, &native.output, &profiled.output);
+    let rec = load(&out);
+    check_summary(&rec);
+    assert_valid_traces(name, &rec);
+    rec
+}
+
 fn native(scratch: &Scratch, program: &Path, args: &[&str]) -> Run {
     let mut command = Command::new(program);
     command.args(args);
@@ -281,24 +312,16 @@ fn a_breakpoint_the_thread_never_reaches_does_not_end_sampling() {
         } else {
             1_000_000
         };
-        let out = scratch.path(&format!("out-{mode}"));
-        let profiled = record_bounded_with(
+        let rec = record_mode_checked(
             &tracer,
             &scratch,
-            &out,
-            Some(period),
-            &["--lookahead", mode],
+            &format!("abandoned_paths {mode}"),
+            mode,
+            period,
             &program,
             &args,
+            &native,
         );
-        assert_same_behaviour(
-            &format!("abandoned_paths {mode}"),
-            &native.output,
-            &profiled.output,
-        );
-        let rec = load(&out);
-        check_summary(&rec);
-        assert_valid_traces("abandoned_paths", &rec);
         // The phases' CPU time, at least: ITIMER_PROF counts the kernel's
         // share too, which the profiler adds to.
         assert_sampling_went_on(
@@ -687,21 +710,10 @@ fn code_taken_away_under_the_lookahead() {
     let args = ["1000"];
     let native = native(&scratch, &program, &args);
     for mode in ["paper", "emulate"] {
-        let out = scratch.path(&format!("out-{mode}"));
-        let profiled = record_bounded_with(
-            &tracer,
-            &scratch,
-            &out,
-            Some(100_000),
-            &["--lookahead", mode],
-            &program,
-            &args,
-        );
         let name = format!("unmapped_code ({mode})");
-        assert_same_behaviour(&name, &native.output, &profiled.output);
-        let rec = load(&out);
-        check_summary(&rec);
-        assert_valid_traces(&name, &rec);
+        let rec = record_mode_checked(
+            &tracer, &scratch, &name, mode, 100_000, &program, &args, &native,
+        );
         let unreadable = host_counter(&rec.summary, "code_unreadable");
         eprintln!("{name}: {unreadable} code reads found the page gone");
         assert!(
@@ -766,21 +778,10 @@ fn faults_with_sigtrap_blocked_reach_the_program_as_they_happened() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let native = native(&scratch, &program, &args);
     for mode in ["paper", "emulate"] {
-        let out = scratch.path(&format!("out-{mode}"));
-        let profiled = record_bounded_with(
-            &tracer,
-            &scratch,
-            &out,
-            Some(period_ns),
-            &["--lookahead", mode],
-            &program,
-            &args,
-        );
         let name = format!("blocked_sigtrap_faults ({mode})");
-        assert_same_behaviour(&name, &native.output, &profiled.output);
-        let rec = load(&out);
-        check_summary(&rec);
-        assert_valid_traces(&name, &rec);
+        let rec = record_mode_checked(
+            &tracer, &scratch, &name, mode, period_ns, &program, &args, &native,
+        );
         let put_back = host_counter(&rec.summary, "sigtraps_put_back");
         eprintln!("{name}: {put_back} SIGTRAPs put back");
         assert!(
