@@ -193,13 +193,20 @@ pub fn perf_time_enabled(fd: RawFd) -> Option<u64> {
 }
 
 /// Whether a SIGTRAP waits for the calling thread (blocked, as in one of
-/// its handlers). Async-signal-safe.
+/// its handlers). Async-signal-safe (a raw syscall: see `raw`).
 pub fn sigtrap_pending() -> bool {
-    // SAFETY: set is a valid out-pointer, initialised by sigpending.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigpending(&mut set) == 0 && libc::sigismember(&set, libc::SIGTRAP) == 1
-    }
+    let mut set = 0u64;
+    // SAFETY: rt_sigpending writes the kernel's 8-byte set into `set`.
+    let ret = unsafe {
+        raw::syscall4(
+            libc::SYS_rt_sigpending,
+            &mut set as *mut u64 as u64,
+            8,
+            0,
+            0,
+        )
+    };
+    ret == 0 && set & (1 << (libc::SIGTRAP - 1)) != 0
 }
 
 /// A zeroed slice of `n` `T`s in an anonymous mapping of its own, its

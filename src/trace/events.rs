@@ -149,7 +149,10 @@ pub(super) fn disarm_breakpoint(t: &mut ThreadTrace) {
 /// the sampling event's one overflow, so the event stays off and the thread
 /// is never sampled again. An event that is on has its enabled time advance
 /// between two reads (the thread is running this handler); one that is off
-/// does not. Off: armed again and counted (`samples_merged`). Measured with
+/// does not. Off: armed again and counted (`samples_merged`), unless a
+/// SIGTRAP waits (a sample that fell due while this handler ran: its own
+/// handler arms the next, and arming here too would leave the event one
+/// overflow ahead for good). Measured with
 /// tests/programs/blocked_sigtrap_faults.c in emulate mode: without this,
 /// about one run in ten lost its sampling for most of the run.
 /// Async-signal-safe.
@@ -162,7 +165,7 @@ pub(super) fn revive_sampling(slot: &ThreadSlot, t: &mut ThreadTrace) {
     else {
         return;
     };
-    if before == after {
+    if before == after && !sys::sigtrap_pending() {
         let _ = sys::perf_refresh(raw, 1);
         Counters::bump(&slot.counters.samples_merged);
     }
