@@ -128,6 +128,29 @@ impl Insn {
     /// instruction.
     #[must_use]
     pub fn decode(ip: u64, bytes: &[u8]) -> Option<Insn> {
+        crate::quick::decode(ip, bytes).or_else(|| Insn::decode_with_iced(ip, bytes))
+    }
+
+    /// [`Insn::decode`] by the common forms' decoder alone: `None` for
+    /// what it leaves to iced, or before [`crate::warm_decoder`]. For
+    /// tests that compare the two.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn decode_quick(ip: u64, bytes: &[u8]) -> Option<Insn> {
+        crate::quick::decode(ip, bytes)
+    }
+
+    /// Whether two decodings are the same, field for field (tests).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn identical(&self, other: &Insn) -> bool {
+        crate::quick::same(self, other)
+    }
+
+    /// [`Insn::decode`] by iced alone (the common forms' quicker decoder,
+    /// `quick`, is checked against it).
+    #[must_use]
+    pub fn decode_with_iced(ip: u64, bytes: &[u8]) -> Option<Insn> {
         let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
         let mut instr = Instruction::default();
         decoder.decode_out(&mut instr);
@@ -149,17 +172,34 @@ impl Insn {
     /// code and sets up the decoder once.
     #[must_use]
     pub fn decode_run(ip: u64, bytes: &[u8], out: &mut [Insn]) -> usize {
-        let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
-        let mut instr = Instruction::default();
+        Insn::run_by(ip, bytes, out, Insn::decode)
+    }
+
+    /// [`Insn::decode_run`] by iced alone (`benches/decode.rs` compares
+    /// the two).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn decode_run_with_iced(ip: u64, bytes: &[u8], out: &mut [Insn]) -> usize {
+        Insn::run_by(ip, bytes, out, Insn::decode_with_iced)
+    }
+
+    #[inline(always)]
+    fn run_by(
+        ip: u64,
+        bytes: &[u8],
+        out: &mut [Insn],
+        decode: fn(u64, &[u8]) -> Option<Insn>,
+    ) -> usize {
+        let mut at = 0;
         let mut n = 0;
-        while n < out.len() && decoder.can_decode() {
-            decoder.decode_out(&mut instr);
-            if instr.is_invalid() {
+        while n < out.len() && at < bytes.len() {
+            let here = ip.wrapping_add(at as u64);
+            let Some(insn) = decode(here, &bytes[at..]) else {
                 break;
-            }
-            let insn = Insn::resolve(instr);
+            };
             out[n] = insn;
             n += 1;
+            at += insn.len();
             if !insn.falls_through() {
                 break;
             }

@@ -95,6 +95,7 @@ mod insn;
 mod mem;
 mod model;
 mod ops;
+mod quick;
 mod regs;
 mod step;
 mod table;
@@ -104,6 +105,7 @@ pub use cache::{CacheSizeError, DecodeCache, InsnSource};
 pub use insn::Insn;
 pub use mem::{MemError, Memory, NoMemory};
 pub use model::{xcr0, Addr32Rep, BitScanZero, CpuModel, Quirks, Vendor};
+pub use quick::warm as warm_decoder;
 pub use regs::{
     flag, gpr, CpuState, Difference, GprsAndFlags, Registers, F80, MXCSR_DEFAULT, MXCSR_UNSET, X87,
 };

@@ -55,7 +55,8 @@ impl<X: Machine> Table<X> {
     #[allow(unsafe_code)]
     pub fn init<'a>(slot: &'a mut MaybeUninit<Self>, model: &CpuModel) -> &'a mut Self {
         assert_eq!(Code::values().len(), CODE_COUNT, "iced's Code count");
-        let _ = Insn::decode(0, &[0x90]);
+        let _ = Insn::decode_with_iced(0, &[0x90]);
+        crate::quick::warm();
         let p = slot.as_mut_ptr();
         // SAFETY: `p` is valid for writes of a whole `Table`; each field is
         // written exactly once through a raw pointer (no reference to
