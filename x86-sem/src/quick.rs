@@ -258,6 +258,32 @@ const fn map_0f() -> [Form; 256] {
     t
 }
 
+impl Shape {
+    /// Whether the form has a ModRM byte (a group's always has).
+    fn has_modrm(self) -> bool {
+        matches!(
+            self,
+            Shape::RmReg
+                | Shape::RegRm
+                | Shape::RmImm
+                | Shape::Rm
+                | Shape::RmOne
+                | Shape::RmCl
+                | Shape::RegRmImm
+                | Shape::Group
+        )
+    }
+}
+
+/// A form's shape and immediate, for ModRM reg field `reg` where the
+/// form is a group.
+fn shape_of(map: usize, op: u8, reg: u8, form: Form) -> (Shape, ImmSize) {
+    match form.shape {
+        Shape::Group => group_shape(map, op, reg, form),
+        s => (s, form.imm),
+    }
+}
+
 /// A group opcode's shape for ModRM reg field `reg`, and its immediate.
 fn group_shape(map: usize, op: u8, reg: u8, form: Form) -> (Shape, ImmSize) {
     if map == 1 {
@@ -358,21 +384,8 @@ fn template(map: usize, op: u8, reg: u8, size: usize, mem: bool, form: Form) -> 
     if !size_allowed(form, size) {
         return None;
     }
-    let (shape, imm) = match form.shape {
-        Shape::Group => group_shape(map, op, reg, form),
-        s => (s, form.imm),
-    };
-    let has_modrm = matches!(
-        shape,
-        Shape::RmReg
-            | Shape::RegRm
-            | Shape::RmImm
-            | Shape::Rm
-            | Shape::RmOne
-            | Shape::RmCl
-            | Shape::RegRmImm
-    );
-    if !has_modrm && (mem || reg != 0) {
+    let (shape, imm) = shape_of(map, op, reg, form);
+    if !shape.has_modrm() && (mem || reg != 0) {
         return None;
     }
     if shape == Shape::Absent {
@@ -394,7 +407,7 @@ fn template(map: usize, op: u8, reg: u8, size: usize, mem: bool, form: Form) -> 
         push(0x0f, &mut n);
     }
     push(op, &mut n);
-    if has_modrm {
+    if shape.has_modrm() {
         // reg field `reg` for a group, else 2 (dl/dx/edx/rdx); r/m 3 (bl/bx/ebx/rbx)
         // or [rbx + 0x10].
         let r = if form.shape == Shape::Group { reg } else { 2 };
@@ -510,24 +523,16 @@ pub(crate) fn decode(ip: u64, bytes: &[u8]) -> Option<Insn> {
     } else {
         SIZE_32
     };
-    let (reg, mem) = match form.shape {
-        Shape::RmReg
-        | Shape::RegRm
-        | Shape::RmImm
-        | Shape::Rm
-        | Shape::RmOne
-        | Shape::RmCl
-        | Shape::RegRmImm
-        | Shape::Group => {
-            let modrm = *bytes.get(at + 1)?;
-            let reg = if form.shape == Shape::Group {
-                modrm >> 3 & 7
-            } else {
-                0
-            };
-            (reg, modrm >> 6 != 3)
-        }
-        _ => (0, false),
+    let (reg, mem) = if form.shape.has_modrm() {
+        let modrm = *bytes.get(at + 1)?;
+        let reg = if form.shape == Shape::Group {
+            modrm >> 3 & 7
+        } else {
+            0
+        };
+        (reg, modrm >> 6 != 3)
+    } else {
+        (0, false)
     };
     let entry = TEMPLATES[slot(form, reg, size, mem)].load(Ordering::Relaxed);
     if entry & VALID == 0 {
@@ -576,22 +581,13 @@ fn build(ip: u64, bytes: &[u8], map: usize, op: u8, form: Form, entry: u32) -> O
     insn.traits = (entry >> 17) as u8;
     let mut reg = 0u8;
     let mut rm = NONE;
-    let (shape, imm) = if form.shape == Shape::Group {
-        group_shape(map, op, bytes.get(at)? >> 3 & 7, form)
+    let group_reg = if form.shape == Shape::Group {
+        bytes.get(at)? >> 3 & 7
     } else {
-        (form.shape, form.imm)
+        0
     };
-    let has_modrm = matches!(
-        shape,
-        Shape::RmReg
-            | Shape::RegRm
-            | Shape::RmImm
-            | Shape::Rm
-            | Shape::RmOne
-            | Shape::RmCl
-            | Shape::RegRmImm
-    );
-    if has_modrm {
+    let (shape, imm) = shape_of(map, op, group_reg, form);
+    if shape.has_modrm() {
         let modrm = *bytes.get(at)?;
         at += 1;
         let md = modrm >> 6;
