@@ -486,8 +486,13 @@ fn tracelen_scores_each_trace_length() {
 }
 
 /// `levels --quick`: the multi-threaded string workload at each glibc
-/// level, each with traces, and every per-trace figure a number (never how
-/// large: the forms a level needs are tests/glibc_levels.rs's business).
+/// level, each with traces and segments, and every per-trace figure a
+/// number (never how large: the forms a level needs are
+/// tests/glibc_levels.rs's business). Not a segment for every trace: a
+/// trace whose sample lands on an instruction the core steps over, and
+/// that ends before a segment (its resume point unreached, the handler's
+/// budget), has none, and a quick run takes about 20 traces (0.95 was
+/// seen on an AMD Zen 5 machine).
 #[test]
 fn levels_measures_each_glibc_level() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -499,7 +504,7 @@ fn levels_measures_each_glibc_level() {
     assert_eq!(t.len(), 1 + 4, "strings_mt x 4 levels: {t:?}");
     for r in &t[1..] {
         assert!(num(&r[column(&t, "traces per run")]) > 0.0, "{r:?}");
-        assert!(num(&r[column(&t, "segments per trace")]) >= 1.0, "{r:?}");
+        assert!(num(&r[column(&t, "segments per trace")]) > 0.0, "{r:?}");
         for name in ["stops per trace", "step-overs per trace"] {
             assert!(num(&r[column(&t, name)]).is_finite(), "{name} {r:?}");
         }
