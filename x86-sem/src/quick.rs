@@ -6,7 +6,7 @@
 //! per instruction (its opcode handlers, its tables, its code): about
 //! 200 ns an instruction in a handler on SQLite, 70% of what a new
 //! instruction costs the tracer and 25–42% of its emulation time there
-//! (results/speed, twelfth round). This one reads a 1 KiB table of forms
+//! (results/speed, twelfth round). This one reads a 2 KiB table of forms
 //! and one 4-byte entry per instruction.
 //!
 //! What it decodes: the legacy and 0F opcode maps' integer forms (ALU,
