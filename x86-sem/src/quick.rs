@@ -381,9 +381,6 @@ fn size_allowed(form: Form, size: usize) -> bool {
 /// [`decode`] would build the same instruction from it: its entry, or
 /// `None` for a form left to iced.
 fn template(map: usize, op: u8, reg: u8, size: usize, mem: bool, form: Form) -> Option<u32> {
-    if !size_allowed(form, size) {
-        return None;
-    }
     let (shape, imm) = shape_of(map, op, reg, form);
     if !shape.has_modrm() && (mem || reg != 0) {
         return None;
@@ -433,7 +430,10 @@ fn template(map: usize, op: u8, reg: u8, size: usize, mem: bool, form: Form) -> 
         } else {
             0
         };
-    let mine = build(ip, &bytes[..n], map, op, form, entry)?;
+    let bytes = &bytes[..n];
+    let head = head(bytes)?;
+    debug_assert_eq!(operand_size(form, &head), Some(size));
+    let mine = build(ip, bytes, &head, form, size, entry)?;
     same(&mine, &decoded).then_some(entry)
 }
 
@@ -472,11 +472,20 @@ pub(crate) fn same(a: &Insn, b: &Insn) -> bool {
         && a.traits == b.traits
 }
 
-/// The instruction at `ip` if `bytes` starts with one of this module's
-/// forms, whole; `None` otherwise (iced decodes it). Reachable from
-/// signal handlers: no allocation, reads the template table only.
+/// What comes before a form's ModRM byte: the prefixes this module reads
+/// (66, then REX) and the opcode, in the legacy map or after 0F.
+struct Head {
+    opsize: bool,
+    rex: u8,
+    map: usize,
+    op: u8,
+    /// Where the byte after the opcode (the ModRM, if any) is.
+    next: usize,
+}
+
+/// The [`Head`] of `bytes`; `None` when they end first.
 #[inline]
-pub(crate) fn decode(ip: u64, bytes: &[u8]) -> Option<Insn> {
+fn head(bytes: &[u8]) -> Option<Head> {
     let mut at = 0;
     let mut b = *bytes.first()?;
     let opsize = b == 0x66;
@@ -484,47 +493,60 @@ pub(crate) fn decode(ip: u64, bytes: &[u8]) -> Option<Insn> {
         at += 1;
         b = *bytes.get(at)?;
     }
-    let rex = if b & 0xf0 == 0x40 {
+    let mut rex = 0;
+    if b & 0xf0 == 0x40 {
+        rex = b;
         at += 1;
-        let r = b;
         b = *bytes.get(at)?;
-        r
-    } else {
-        0
-    };
+    }
     let map = usize::from(b == 0x0f);
     if map == 1 {
         at += 1;
         b = *bytes.get(at)?;
     }
-    let form = if map == 0 {
-        ONE[b as usize]
-    } else {
-        TWO[b as usize]
-    };
-    // 90 with REX.B is xchg r8, rax, not nop.
-    if form.shape == Shape::Absent || (map == 0 && b == 0x90 && rex & 1 != 0) {
-        return None;
+    Some(Head {
+        opsize,
+        rex,
+        map,
+        op: b,
+        next: at + 1,
+    })
+}
+
+/// The operand size of `form` under `head`'s prefixes; `None` where 66
+/// would change what the form is (a byte form, a default-64-bit one).
+#[inline]
+fn operand_size(form: Form, head: &Head) -> Option<usize> {
+    if form.byte || form.default64 {
+        return (!head.opsize).then_some(if form.byte { SIZE_8 } else { SIZE_64 });
     }
-    let size = if form.byte {
-        if opsize {
-            return None;
-        }
-        SIZE_8
-    } else if form.default64 {
-        if opsize {
-            return None;
-        }
+    Some(if head.rex & 8 != 0 {
         SIZE_64
-    } else if rex & 8 != 0 {
-        SIZE_64
-    } else if opsize {
+    } else if head.opsize {
         SIZE_16
     } else {
         SIZE_32
+    })
+}
+
+/// The instruction at `ip` if `bytes` starts with one of this module's
+/// forms, whole; `None` otherwise (iced decodes it). Reachable from
+/// signal handlers: no allocation, reads the template table only.
+#[inline]
+pub(crate) fn decode(ip: u64, bytes: &[u8]) -> Option<Insn> {
+    let head = head(bytes)?;
+    let form = if head.map == 0 {
+        ONE[head.op as usize]
+    } else {
+        TWO[head.op as usize]
     };
+    // 90 with REX.B is xchg r8, rax, not nop.
+    if form.shape == Shape::Absent || (head.map == 0 && head.op == 0x90 && head.rex & 1 != 0) {
+        return None;
+    }
+    let size = operand_size(form, &head)?;
     let (reg, mem) = if form.shape.has_modrm() {
-        let modrm = *bytes.get(at + 1)?;
+        let modrm = *bytes.get(head.next)?;
         let reg = if form.shape == Shape::Group {
             modrm >> 3 & 7
         } else {
@@ -538,29 +560,14 @@ pub(crate) fn decode(ip: u64, bytes: &[u8]) -> Option<Insn> {
     if entry & VALID == 0 {
         return None;
     }
-    build(ip, bytes, map, b, form, entry)
+    build(ip, bytes, &head, form, size, entry)
 }
 
 /// Reads the instruction whose template is `entry` (see [`decode`]).
 #[inline]
-fn build(ip: u64, bytes: &[u8], map: usize, op: u8, form: Form, entry: u32) -> Option<Insn> {
-    let mut at = 0;
-    let mut size = SIZE_32;
-    if bytes.first() == Some(&0x66) {
-        at += 1;
-        size = SIZE_16;
-    }
-    let mut rex = 0u8;
-    if bytes.get(at)? & 0xf0 == 0x40 {
-        rex = bytes[at];
-        at += 1;
-    }
-    at += 1 + map;
-    if form.byte {
-        size = SIZE_8;
-    } else if form.default64 || rex & 8 != 0 {
-        size = SIZE_64;
-    }
+fn build(ip: u64, bytes: &[u8], head: &Head, form: Form, size: usize, entry: u32) -> Option<Insn> {
+    let (rex, map, op) = (head.rex, head.map, head.op);
+    let mut at = head.next;
     // Without a REX prefix, byte registers 4-7 are ah, ch, dh, bh.
     let byte_reg = |n: u8| -> u8 {
         if rex == 0 && (4..8).contains(&n) {
