@@ -20,6 +20,10 @@ const ROUNDS: usize = 400;
 const RUNS: usize = 22;
 const SWEEP: usize = 32 << 20;
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+/// The executable segment of this process's libc.
 fn libc_text() -> (u64, Vec<u8>) {
     let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
     let path = maps
@@ -30,24 +34,10 @@ fn libc_text() -> (u64, Vec<u8>) {
         .and_then(|l| l.split_whitespace().nth(5))
         .expect("libc is mapped")
         .to_string();
-    let file = std::fs::read(&path).expect("libc");
-    let u16_at = |o: usize| u16::from_le_bytes(file[o..o + 2].try_into().unwrap()) as usize;
-    let u64_at = |o: usize| u64::from_le_bytes(file[o..o + 8].try_into().unwrap());
-    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36), u16_at(0x38));
-    for k in 0..phnum {
-        let ph = phoff + k * phentsize;
-        let kind = u32::from_le_bytes(file[ph..ph + 4].try_into().unwrap());
-        let flags = u32::from_le_bytes(file[ph + 4..ph + 8].try_into().unwrap());
-        if kind == 1 && flags & 1 != 0 {
-            let (off, vaddr, filesz) = (
-                u64_at(ph + 8) as usize,
-                u64_at(ph + 16),
-                u64_at(ph + 32) as usize,
-            );
-            return (vaddr, file[off..off + filesz].to_vec());
-        }
-    }
-    panic!("{path} has no executable segment");
+    support::text_of(&path)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("{path} has no executable segment"))
 }
 
 fn median(v: &mut [f64]) -> f64 {
