@@ -820,25 +820,76 @@ pub fn geteuid() -> u32 {
 }
 
 /// Creates a listening Unix stream socket at `path` whose file is mode 0600
-/// from the moment it exists: the socket inode's mode is set before bind,
-/// which creates the file with that mode (less the umask). A chmod after
-/// bind would leave a window in which others could connect.
+/// from the moment it exists, and which listens from the moment it appears
+/// at `path`.
+///
+/// The socket inode's mode is set before bind, which creates the file with
+/// that mode (less the umask): a chmod after bind would leave a window in
+/// which others could connect. And the socket is bound under a temporary
+/// name beside `path`, made to listen, and only then renamed to `path`
+/// (refusing to replace a file another process put there meanwhile): a
+/// client that finds the path always finds a listener, where a bind at
+/// `path` itself would refuse connections (ECONNREFUSED) until `listen`.
+/// Where the temporary name would not fit in `sun_path`, or the file
+/// system cannot rename without replacing, it binds at `path` directly.
 pub fn bind_private_unix(
     path: &std::path::Path,
 ) -> std::io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::ffi::OsStrExt;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SERIAL: AtomicU32 = AtomicU32::new(0);
+    let limit = std::mem::size_of::<libc::sockaddr_un>() - std::mem::size_of::<libc::sa_family_t>();
+    if path.as_os_str().len() >= limit || path.as_os_str().as_bytes().contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("a socket path must be shorter than {limit} bytes and hold no NUL"),
+        ));
+    }
+    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+    let temporary = path
+        .parent()
+        .map(|dir| dir.join(format!(".bd-{}-{serial}.tmp", std::process::id())));
+    let Some(temporary) = temporary.filter(|t| t.as_os_str().len() < limit) else {
+        return listen_unix_at(path);
+    };
+    let _ = std::fs::remove_file(&temporary);
+    let listener = listen_unix_at(&temporary)?;
+    let c_path = |p: &std::path::Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes()).expect("no NUL: checked above")
+    };
+    let (from, to) = (c_path(&temporary), c_path(path));
+    // SAFETY: both are NUL-terminated paths that live across the call.
+    let renamed = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if renamed == 0 {
+        return Ok(listener);
+    }
+    let e = std::io::Error::last_os_error();
+    let _ = std::fs::remove_file(&temporary);
+    match e.raw_os_error() {
+        Some(libc::EEXIST) => Err(std::io::Error::from_raw_os_error(libc::EADDRINUSE)),
+        Some(libc::EINVAL | libc::ENOSYS) => {
+            drop(listener);
+            listen_unix_at(path)
+        }
+        _ => Err(e),
+    }
+}
+
+/// Binds a Unix stream socket at `path` (mode 0600 from the start) and
+/// makes it listen. `path` fits `sun_path` and holds no NUL.
+fn listen_unix_at(path: &std::path::Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::ffi::OsStrExt;
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain data; zero is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!(
-                "a socket path must be shorter than {} bytes and hold no NUL",
-                addr.sun_path.len()
-            ),
-        ));
-    }
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;

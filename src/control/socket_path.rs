@@ -185,6 +185,65 @@ mod tests {
         std::fs::remove_dir_all(base).unwrap();
     }
 
+    /// A client that finds the socket's path finds a listener: binding
+    /// at the path itself refused connections between bind and listen.
+    /// Every listener stays open to the end and the client never waits (a
+    /// full backlog answers EAGAIN), so a refusal means only that.
+    #[test]
+    fn the_path_appears_listening() {
+        use std::os::unix::ffi::OsStrExt;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = scratch("listening");
+        let path = dir.join("s.sock");
+        let done = AtomicBool::new(false);
+        // SAFETY: sockaddr_un is plain data; zero is a valid value.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, s) in addr.sun_path.iter_mut().zip(path.as_os_str().as_bytes()) {
+            *d = *s as libc::c_char;
+        }
+        let connect_refused = || {
+            // SAFETY: a fresh socket, connected to a valid address, closed.
+            unsafe {
+                let fd = libc::socket(
+                    libc::AF_UNIX,
+                    libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                    0,
+                );
+                assert!(fd >= 0);
+                let ret = libc::connect(
+                    fd,
+                    (&addr as *const libc::sockaddr_un).cast(),
+                    std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+                );
+                let refused = ret != 0
+                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECONNREFUSED);
+                libc::close(fd);
+                refused
+            }
+        };
+        let refused = std::thread::scope(|s| {
+            let client = s.spawn(|| {
+                let mut refused = 0u32;
+                while !done.load(Ordering::Relaxed) {
+                    refused += u32::from(connect_refused());
+                }
+                refused
+            });
+            let mut open = Vec::new();
+            for _ in 0..300 {
+                open.push(bind_at(&path).unwrap());
+                std::fs::remove_file(&path).unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+            client.join().unwrap()
+        });
+        assert_eq!(refused, 0, "connections refused at a path that existed");
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert!(left.is_empty(), "temporary names left behind: {left:?}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn bind_refuses_live_sockets_and_plain_files() {
         let dir = scratch("bind");
