@@ -1395,7 +1395,11 @@ impl Emulator {
                     }
                 }
             }
-            let (rsp, rbp) = (self.cpu.regs.gpr[4], self.cpu.regs.gpr[5]);
+            let (rcx, rsp, rbp) = (
+                self.cpu.regs.gpr[1],
+                self.cpu.regs.gpr[4],
+                self.cpu.regs.gpr[5],
+            );
             self.cpu.mem.step_mutable_reads = 0;
             self.cpu.mem.step_reads = 0;
             self.cpu.mem.step_stores = 0;
@@ -1531,7 +1535,16 @@ impl Emulator {
                     }
                 }
                 Err(stop) => {
-                    if let Some(s) = rep_start {
+                    // A rep string instruction that stops keeps the
+                    // iterations it finished (x86_sem's contract), and
+                    // only it changes a register before a stop: when its
+                    // first step did, rcx has gone down. That state is no
+                    // arrival a breakpoint can meet (the CPU traps at the
+                    // instruction's start, with the whole count), so the
+                    // pass ends before the instruction, as for a rep that
+                    // stops in a later step.
+                    let partial = steps > 0 && self.cpu.regs.gpr[1] != rcx;
+                    if let Some(s) = rep_start.or(partial.then_some(steps)) {
                         break 'run Pass {
                             redo: Some((s, SegmentEnd::Continue)),
                             ..done(SegmentEnd::Continue, entries, steps, fresh)
