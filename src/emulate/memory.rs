@@ -479,6 +479,46 @@ impl LiveMemory {
         }
     }
 
+    /// Stores `buf` (a vector or x87 operand, 10 to 64 bytes) at `addr`:
+    /// room for every qword it touches is checked first, so that a full
+    /// overlay (or undo log) leaves none of it stored. Stored piece by
+    /// piece, a store that did not fit would leave its first pieces in the
+    /// overlay while the pass ends before the instruction: the checkpoint
+    /// would then find real memory without them.
+    pub fn store_bytes(&mut self, addr: u64, buf: &[u8]) -> Result<(), AccessError> {
+        let Some(len) = (buf.len() as u64).checked_sub(1) else {
+            return Ok(());
+        };
+        let (first, last) = (addr & !7, addr.wrapping_add(len) & !7);
+        let (mut needed, mut saves) = (0, 0);
+        let mut q = first;
+        loop {
+            match self.store_pos(q) {
+                Err(_) => needed += 1,
+                Ok(p) if self.must_save(p) => saves += 1,
+                Ok(_) => {}
+            }
+            if q == last {
+                break;
+            }
+            q = q.wrapping_add(8);
+        }
+        if self.n_undo + saves > UNDO_ENTRIES && self.soft {
+            self.unseal();
+            saves = 0;
+        }
+        if self.n_stores + needed > OVERLAY_ENTRIES || self.n_undo + saves > UNDO_ENTRIES {
+            return Err(AccessError::LogFull);
+        }
+        for (k, piece) in buf.chunks(8).enumerate() {
+            let mut b = [0u8; 8];
+            b[..piece.len()].copy_from_slice(piece);
+            let at = addr.wrapping_add(8 * k as u64);
+            self.store(at, piece.len(), u64::from_le_bytes(b))?;
+        }
+        Ok(())
+    }
+
     /// [`LiveMemory::store`], any access: room for every qword checked
     /// first, then each stored in turn.
     fn store_parts(&mut self, addr: u64, size: usize, value: u64) -> Result<(), AccessError> {
@@ -899,6 +939,28 @@ mod tests {
         let mem = Table::with(&[]);
         assert_eq!(m.load(&mem, last, 8), Ok(UNDO_ENTRIES as u64));
         assert_eq!(m.load(&mem, 0x10_000, 8), Ok(0));
+    }
+
+    #[test]
+    fn a_full_overlay_refuses_a_vector_store_whole() {
+        let mut m = LiveMemory::new();
+        for i in 0..OVERLAY_ENTRIES as u64 - 2 {
+            m.store(0x10_000 + 8 * i, 8, i).unwrap();
+        }
+        // 16 bytes at an odd address touch three new qwords; two fit.
+        let at = 0x20_004;
+        assert_eq!(m.store_bytes(at, &[0xab; 16]), Err(AccessError::LogFull));
+        assert!(!m.covers(at, 1), "the store's first bytes went in");
+        // Two fit exactly, and a 64-byte store over qwords already there
+        // needs no room.
+        m.store_bytes(0x20_000, &[0xcd; 16]).unwrap();
+        m.store_bytes(0x10_000, &[0xef; 64]).unwrap();
+        assert!(m.covers(0x20_000, 16) && m.covers(0x10_000, 64));
+        let mem = Table::with(&[]);
+        assert_eq!(m.load(&mem, 0x20_008, 8), Ok(0xcdcd_cdcd_cdcd_cdcd));
+        assert_eq!(m.load(&mem, 0x10_038, 8), Ok(0xefef_efef_efef_efef));
+        // An x87 operand: 10 bytes, the last two in a qword of their own.
+        assert_eq!(m.store_bytes(0x30_000, &[1; 10]), Err(AccessError::LogFull));
     }
 
     #[test]

@@ -275,6 +275,16 @@ impl x86_sem::Memory for SpecMemory {
             .map_err(|_| MemError::Refused { addr })
     }
 
+    /// One store of a vector or x87 operand, whole or not at all (see
+    /// [`LiveMemory::store_bytes`]).
+    #[inline]
+    fn store_bytes(&mut self, addr: u64, buf: &[u8]) -> Result<(), MemError> {
+        self.step_stores += 1;
+        self.live
+            .store_bytes(addr, buf)
+            .map_err(|_| MemError::Refused { addr })
+    }
+
     fn fetch(&mut self, addr: u64, buf: &mut [u8; 15]) -> usize {
         self.fetch_run(addr, buf)
     }
