@@ -144,7 +144,7 @@ fn main() {
         ..MemoryLayout::default()
     });
     breakdance::emulate::warm();
-    code::maintain(exec.generation());
+    code::maintain(exec.generation(), 0);
     let table: Vec<u64> = (0..1024u64)
         .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7)
         .collect();

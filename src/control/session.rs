@@ -298,7 +298,7 @@ fn worker(
             });
             last_loads = loads;
         }
-        crate::emulate::code::maintain(tracer.exec.generation());
+        crate::emulate::code::maintain(tracer.exec.generation(), agg.traces_seen);
         if look {
             last_look = sys::now_ns();
             threads::sweep(tracer);
