@@ -643,6 +643,10 @@ pub struct Emulator {
     resumed: bool,
     /// See [`Emulator::set_trust_quiet`].
     trust_quiet: bool,
+    /// Stack the kernel's signal frames may have written since the last
+    /// segment was predicted, at the hits of its checkpoint before the
+    /// last (see [`Emulator::note_trap`]): (low, high), empty when equal.
+    trapped: (u64, u64),
 }
 
 impl Emulator {
@@ -693,6 +697,7 @@ impl Emulator {
             addr_of_mut!((*p).values).write(ValueLog::new());
             addr_of_mut!((*p).resumed).write(false);
             addr_of_mut!((*p).trust_quiet).write(true);
+            addr_of_mut!((*p).trapped).write((0, 0));
             emulator.assume_init()
         }
     }
@@ -719,6 +724,7 @@ impl Emulator {
             values: _,
             resumed: _,
             trust_quiet: _,
+            trapped: _,
         } = self;
     }
 
@@ -861,6 +867,24 @@ impl Emulator {
         }
     }
 
+    /// A hit of the checkpoint before its last, with the thread's stack
+    /// pointer `rsp`: the kernel wrote this handler's signal frame below
+    /// `rsp`'s red zone, over stack the program had left. A stack slot the
+    /// segment stored before and did not store again may have been
+    /// overwritten there; if the program calls deeper again before the
+    /// last hit, the slot is live at the checkpoint without the program
+    /// having written it (recursion: qsort's msort on a thread's stack).
+    /// Validation leaves such stack aside, as it does the stack below the
+    /// last hit's red zone.
+    pub fn note_trap(&mut self, rsp: u64) {
+        let (low, high) = (rsp.saturating_sub(DEAD_STACK), rsp.saturating_sub(RED_ZONE));
+        self.trapped = if self.trapped.0 == self.trapped.1 {
+            (low, high)
+        } else {
+            (self.trapped.0.min(low), self.trapped.1.max(high))
+        };
+    }
+
     /// Checks the thread's state at the checkpoint, read into
     /// [`Emulator::state_mut`], against the prediction: registers first,
     /// then every logged memory word.
@@ -872,7 +896,14 @@ impl Emulator {
         // checkpoint's signal frame there, over whatever the segment's
         // callees left.
         let rsp = self.cpu.regs.gpr[4];
-        let dead = rsp.saturating_sub(DEAD_STACK)..rsp.saturating_sub(RED_ZONE);
+        let mut dead = rsp.saturating_sub(DEAD_STACK)..rsp.saturating_sub(RED_ZONE);
+        let (low, high) = self.trapped;
+        if low != high && low <= dead.end && dead.start <= high {
+            // Earlier hits' frames (`note_trap`), on the same stack: one
+            // range with this one's. (On another stack, as after a switch
+            // of stacks, they are left checked.)
+            dead = dead.start.min(low)..dead.end.max(high);
+        }
         match self.cpu.mem.live.validate(&RealMemory, dead) {
             MemoryCheck::Match => Validation::Match,
             MemoryCheck::Differs { .. } => Validation::Memory,
@@ -964,6 +995,7 @@ impl Emulator {
         restart: impl Fn(&mut Emulator),
     ) -> Outcome {
         self.resumed = resumed;
+        self.trapped = (0, 0);
         self.begin();
         let outcome = self.run_entered(sink, wanted, restart);
         self.code.leave();
@@ -1180,6 +1212,7 @@ impl Emulator {
             values,
             resumed,
             trust_quiet,
+            trapped,
         } = self;
         touch(mem, State);
         touch(start_rip, State);
@@ -1195,6 +1228,7 @@ impl Emulator {
         touch(values, State);
         touch(resumed, State);
         touch(trust_quiet, State);
+        touch(trapped, State);
     }
 
     /// Breakpoint hits at `at` until the thread is where the pass ended: one

@@ -286,6 +286,9 @@ fn on_breakpoint(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &U
             if let Some(Awaiting::Checkpoint { hits: h, .. }) = t.awaiting.as_mut() {
                 *h = hits - 1;
             }
+            if let Some(emu) = t.emu.as_mut() {
+                emu.note_trap(uc.gpr(crate::decode::form::RSP));
+            }
             let fd = t.bp_fd.as_ref().map(|f| f.as_raw_fd());
             if let Some(fd) = fd {
                 if !top_up_breakpoint(t, fd) {
