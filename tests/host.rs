@@ -143,17 +143,35 @@ fn record_mode_checked(
     native: &Run,
 ) -> Recording {
     let out = scratch.path(&format!("out-{mode}"));
+    record_mode_checked_into(
+        tracer, scratch, &out, name, mode, period_ns, program, args, native,
+    )
+}
+
+/// [`record_mode_checked`] into `out`.
+#[allow(clippy::too_many_arguments)]
+fn record_mode_checked_into(
+    tracer: &Tracer,
+    scratch: &Scratch,
+    out: &Path,
+    name: &str,
+    mode: &str,
+    period_ns: u64,
+    program: &Path,
+    args: &[&str],
+    native: &Run,
+) -> Recording {
     let profiled = record_bounded_with(
         tracer,
         scratch,
-        &out,
+        out,
         Some(period_ns),
         &["--lookahead", mode],
         program,
         args,
     );
     assert_same_behaviour(name, &native.output, &profiled.output);
-    let rec = load(&out);
+    let rec = load(out);
     check_summary(&rec);
     assert_valid_traces(name, &rec);
     rec
@@ -711,16 +729,30 @@ fn code_taken_away_under_the_lookahead() {
     let native = native(&scratch, &program, &args);
     for mode in ["paper", "emulate"] {
         let name = format!("unmapped_code ({mode})");
-        let rec = record_mode_checked(
-            &tracer, &scratch, &name, mode, 100_000, &program, &args, &native,
-        );
-        let unreadable = host_counter(&rec.summary, "code_unreadable");
-        eprintln!("{name}: {unreadable} code reads found the page gone");
+        // A sample must come during the mprotect while the worker's table
+        // still lists the page: one whose look found the page taken away
+        // drops it until its next look. Up to MAX_RUNS runs reach the case
+        // (one did not, once, on a loaded CI machine: 25 traces ended
+        // outside the mappings instead); every run is checked.
+        const MAX_RUNS: usize = 4;
+        let mut summaries = Vec::new();
+        for run in 0..MAX_RUNS {
+            let out = scratch.path(&format!("out-{mode}-{run}"));
+            let rec = record_mode_checked_into(
+                &tracer, &scratch, &out, &name, mode, 100_000, &program, &args, &native,
+            );
+            let unreadable = host_counter(&rec.summary, "code_unreadable");
+            eprintln!("{name}, run {run}: {unreadable} code reads found the page gone");
+            if unreadable > 0 {
+                break;
+            }
+            summaries.push(rec.summary.to_string());
+        }
         assert!(
-            unreadable > 0,
-            "{name}: no sample found the page gone: the test did not reach the \
-             case it is for; {}",
-            rec.summary
+            summaries.len() < MAX_RUNS,
+            "{name}: in {MAX_RUNS} runs no sample found the page gone: the test did \
+             not reach the case it is for; {}",
+            summaries.join("\n")
         );
     }
 }
