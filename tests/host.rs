@@ -129,28 +129,10 @@ fn record_command(
 }
 
 /// `program args` recorded in look-ahead `mode` at `period_ns` into
-/// `out-MODE`, bounded: it behaves as `native` did, its summary checks and
-/// its traces are valid. `name` names it in messages.
+/// `out`, bounded: it behaves as `native` did, its summary checks and its
+/// traces are valid. `name` names it in messages.
 #[allow(clippy::too_many_arguments)]
 fn record_mode_checked(
-    tracer: &Tracer,
-    scratch: &Scratch,
-    name: &str,
-    mode: &str,
-    period_ns: u64,
-    program: &Path,
-    args: &[&str],
-    native: &Run,
-) -> Recording {
-    let out = scratch.path(&format!("out-{mode}"));
-    record_mode_checked_into(
-        tracer, scratch, &out, name, mode, period_ns, program, args, native,
-    )
-}
-
-/// [`record_mode_checked`] into `out`.
-#[allow(clippy::too_many_arguments)]
-fn record_mode_checked_into(
     tracer: &Tracer,
     scratch: &Scratch,
     out: &Path,
@@ -333,6 +315,7 @@ fn a_breakpoint_the_thread_never_reaches_does_not_end_sampling() {
         let rec = record_mode_checked(
             &tracer,
             &scratch,
+            &scratch.path(&format!("out-{mode}")),
             &format!("abandoned_paths {mode}"),
             mode,
             period,
@@ -738,7 +721,7 @@ fn code_taken_away_under_the_lookahead() {
         let mut summaries = Vec::new();
         for run in 0..MAX_RUNS {
             let out = scratch.path(&format!("out-{mode}-{run}"));
-            let rec = record_mode_checked_into(
+            let rec = record_mode_checked(
                 &tracer, &scratch, &out, &name, mode, 100_000, &program, &args, &native,
             );
             let unreadable = host_counter(&rec.summary, "code_unreadable");
@@ -811,8 +794,9 @@ fn faults_with_sigtrap_blocked_reach_the_program_as_they_happened() {
     let native = native(&scratch, &program, &args);
     for mode in ["paper", "emulate"] {
         let name = format!("blocked_sigtrap_faults ({mode})");
+        let out = scratch.path(&format!("out-{mode}"));
         let rec = record_mode_checked(
-            &tracer, &scratch, &name, mode, period_ns, &program, &args, &native,
+            &tracer, &scratch, &out, &name, mode, period_ns, &program, &args, &native,
         );
         let put_back = host_counter(&rec.summary, "sigtraps_put_back");
         eprintln!("{name}: {put_back} SIGTRAPs put back");
