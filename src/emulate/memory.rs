@@ -486,12 +486,27 @@ impl LiveMemory {
     /// overlay while the pass ends before the instruction: the checkpoint
     /// would then find real memory without them.
     pub fn store_bytes(&mut self, addr: u64, buf: &[u8]) -> Result<(), AccessError> {
-        let Some(len) = (buf.len() as u64).checked_sub(1) else {
+        if buf.is_empty() {
             return Ok(());
-        };
-        let (first, last) = (addr & !7, addr.wrapping_add(len) & !7);
+        }
+        self.make_room(addr, buf.len())?;
+        for (k, piece) in buf.chunks(8).enumerate() {
+            let mut b = [0u8; 8];
+            b[..piece.len()].copy_from_slice(piece);
+            let at = addr.wrapping_add(8 * k as u64);
+            self.store(at, piece.len(), u64::from_le_bytes(b))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the overlay, and the undo log, have room for a store of
+    /// `len` (at least 1) bytes at `addr`: a new entry for each qword it
+    /// touches that has none, a saved value for each sealed one not yet
+    /// saved. A soft seal gives way to a full undo log.
+    fn make_room(&mut self, addr: u64, len: usize) -> Result<(), AccessError> {
+        let last = addr.wrapping_add(len as u64 - 1) & !7;
         let (mut needed, mut saves) = (0, 0);
-        let mut q = first;
+        let mut q = addr & !7;
         loop {
             match self.store_pos(q) {
                 Err(_) => needed += 1,
@@ -510,12 +525,6 @@ impl LiveMemory {
         if self.n_stores + needed > OVERLAY_ENTRIES || self.n_undo + saves > UNDO_ENTRIES {
             return Err(AccessError::LogFull);
         }
-        for (k, piece) in buf.chunks(8).enumerate() {
-            let mut b = [0u8; 8];
-            b[..piece.len()].copy_from_slice(piece);
-            let at = addr.wrapping_add(8 * k as u64);
-            self.store(at, piece.len(), u64::from_le_bytes(b))?;
-        }
         Ok(())
     }
 
@@ -524,24 +533,7 @@ impl LiveMemory {
     fn store_parts(&mut self, addr: u64, size: usize, value: u64) -> Result<(), AccessError> {
         // Check room first, so that a full overlay (or undo log) leaves no
         // half store.
-        let (mut needed, mut saves) = (0, 0);
-        for (q, mask, _) in chunks(addr, size) {
-            if mask == 0 {
-                continue;
-            }
-            match self.store_pos(q) {
-                Err(_) => needed += 1,
-                Ok(p) if self.must_save(p) => saves += 1,
-                Ok(_) => {}
-            }
-        }
-        if self.n_undo + saves > UNDO_ENTRIES && self.soft {
-            self.unseal();
-            saves = 0;
-        }
-        if self.n_stores + needed > OVERLAY_ENTRIES || self.n_undo + saves > UNDO_ENTRIES {
-            return Err(AccessError::LogFull);
-        }
+        self.make_room(addr, size)?;
         let mut consumed = 0u32;
         for (q, mask, shift) in chunks(addr, size) {
             if mask == 0 {
