@@ -165,32 +165,30 @@ pub fn score(r: &Reference, rec: &Recorded) -> Scores {
         .collect();
     let edge_overlap = overlap(&ours, &exact);
     let total: u64 = ours.values().sum();
-    let mut unseen_edges: Vec<(Branch, u64)> = ours
+    // Each edge callgrind never saw taken, with whether it is a
+    // pointer-range test.
+    let mut unseen_edges: Vec<(Branch, u64, bool)> = ours
         .iter()
         .filter(|(e, _)| !exact.contains_key(e))
-        .map(|(e, c)| (*e, *c))
+        .map(|(e, c)| (*e, *c, pointer_range_test(&r.module, e.from)))
         .collect();
-    let unseen: u64 = unseen_edges.iter().map(|(_, c)| c).sum();
+    let unseen: u64 = unseen_edges.iter().map(|(_, c, _)| c).sum();
     let unseen_layout_dependent: u64 = unseen_edges
         .iter()
-        .filter(|(e, _)| pointer_range_test(&r.module, e.from))
-        .map(|(_, c)| c)
+        .filter(|(_, _, layout)| *layout)
+        .map(|(_, c, _)| c)
         .sum();
-    unseen_edges.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
+    unseen_edges.sort_by_key(|(_, c, _)| std::cmp::Reverse(*c));
     let unseen_examples = unseen_edges
         .iter()
         .take(5)
-        .map(|(e, c)| {
+        .map(|(e, c, layout)| {
             let kind = r
                 .module
                 .decode_at(e.from)
                 .map(|i| format!("{:?}", i.flow_control()))
                 .unwrap_or_else(|| "undecodable".into());
-            let layout = if pointer_range_test(&r.module, e.from) {
-                ", pointer-range test"
-            } else {
-                ""
-            };
+            let layout = if *layout { ", pointer-range test" } else { "" };
             format!(
                 "{} -> {} ({kind}{layout}, x{c})",
                 describe(&r.module, e.from),
@@ -225,11 +223,7 @@ fn pointer_range_test(module: &ElfModule, from: u64) -> bool {
     use iced_x86::{Mnemonic, OpKind, Register};
     let index = module.instructions();
     let at = index.starts.partition_point(|&s| s < from);
-    if index.starts.get(at) != Some(&from)
-        || module
-            .decode_at(from)
-            .is_none_or(|i| i.flow_control() != FlowControl::ConditionalBranch)
-    {
+    if index.starts.get(at) != Some(&from) || index.flows[at] != FlowControl::ConditionalBranch {
         return false;
     }
     // The block's instructions before the branch, in order (at most 8).
