@@ -564,13 +564,14 @@ fn a_quiet_process_needs_no_checkpoint_for_its_private_memory() {
 
 /// A sample that falls due while the handler that proved a segment runs
 /// (under load, or on a slow machine; here the test-only failpoint
-/// `slow-handler` makes each such handler last five periods) comes as the
-/// handler returns, the thread still where the segment begins, and the
-/// segment is settled at the next sample. That sample must come: this one
-/// used the sampling event's one overflow. Nothing armed it again, and
-/// sampling stopped for good at the first such sample: Lua, quiet with
-/// its SIGINT handler wrapped, took 2 to 44 samples in some runs where
-/// it takes about 1,000 (results/speed, ninth round).
+/// `slow-handler` makes each such handler spin until one does) comes as
+/// the handler returns, the thread still where the segment begins. It is
+/// dropped (`samples_in_handler`), and the segment is settled at the next
+/// sample, which must come. When each sample took the sampling event off
+/// until a handler armed it again, nothing armed it after such a sample,
+/// and sampling stopped for good: Lua, quiet with its SIGINT handler
+/// wrapped, took 2 to 44 samples in some runs where it takes about 1,000
+/// (results/speed, ninth round).
 #[test]
 fn sampling_goes_on_after_a_sample_that_fell_due_in_the_handler() {
     let tracer = tracer();
@@ -588,15 +589,15 @@ fn sampling_goes_on_after_a_sample_that_fell_due_in_the_handler() {
         &dir.path("rec"),
     );
     let s = &rec.summary;
-    let (deferred, settled) = (
-        counter(s, "samples_in_trace"),
+    let (in_handler, settled) = (
+        counter(s, "samples_in_handler"),
         counter(s, "segments_settled"),
     );
-    // Each trace's handler outlasts the period, so nearly every segment
-    // is settled at the second sample after it; a run takes dozens.
+    // Each such handler outlasts its period, so nearly every segment is
+    // settled at the second sample after it; a run takes dozens.
     assert!(
-        deferred >= 10 && settled >= 10,
-        "{deferred} samples fell due in a handler and {settled} segments were settled: \
+        in_handler >= 10 && settled >= 10,
+        "{in_handler} samples fell due in a handler and {settled} segments were settled: \
          sampling stopped early: {s}"
     );
 }

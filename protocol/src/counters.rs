@@ -43,6 +43,11 @@ macro_rules! for_each_counter {
             /// samples taken as a stop (`merged_stops`): the trace goes on,
             /// and no trace is begun.
             samples_in_trace: Count,
+            /// Samples that fell due while the handler of the thread's last
+            /// sample ran (it lasted an eighth of a period or more):
+            /// dropped as they arrive, since they would begin where that
+            /// one did; no trace is begun.
+            samples_in_handler: Count,
             /// Samples that found the thread at a breakpoint past its debug
             /// exception (RF set), where it will not fire: the stop's
             /// SIGTRAP merged into the sample's (one SIGTRAP pends at a
@@ -187,10 +192,6 @@ macro_rules! for_each_counter {
             /// Debug exceptions at the tracer's breakpoint the kernel could
             /// not attribute, dropped instead of passed to the application.
             stray_debug_traps: Count,
-            /// Sampling events found off after a breakpoint's SIGTRAP came
-            /// late (the thread had SIGTRAP blocked): a sample raised while
-            /// it waited merged into it and was lost; sampling re-armed.
-            samples_merged: Count,
             /// `callstack`: traces written with the call stack taken at
             /// their newest branch.
             callstacks: Count,
@@ -438,9 +439,6 @@ macro_rules! for_each_host_counter {
             /// Slots a closer gave up waiting for (a handler still running,
             /// or abandoned, after the wait).
             slots_busy_at_stop: process,
-            /// Stuck slots whose sampling the worker re-armed, so that the
-            /// thread's next handler takes the slot back.
-            stuck_slots_poked: process,
             /// Threads that closed their own slot as they ended (return,
             /// pthread_exit, cancellation).
             threads_exited: process,
@@ -471,9 +469,6 @@ macro_rules! for_each_host_counter {
             /// could not attribute, dropped instead of passed to the
             /// application.
             stray_debug_traps: thread,
-            /// Samples lost to a late breakpoint SIGTRAP they merged into,
-            /// their sampling re-armed.
-            samples_merged: thread,
         }
     };
 }

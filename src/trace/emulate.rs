@@ -14,7 +14,7 @@
 //!   application handler left it by longjmp: the next one takes the slot
 //!   back and closes the trace through `discard_unvalidated`);
 //! - sampling stays armed while a checkpoint is pending, with a watchdog
-//!   period (`events::watch_trace`): a segment whose checkpoint never
+//!   period (`events::set_sampling_period`): a segment whose checkpoint never
 //!   comes (longjmp, a blocked thread, a signal handler) is discarded at
 //!   the watchdog's sample and counted `checkpoint_unreached`; a trace that
 //!   ends starts a whole period from its end.
@@ -33,9 +33,7 @@ use crate::sys;
 use super::counters::Counters;
 use super::ends::{begin_trace, close_open_trace, discard_unvalidated, end_trace, make_room};
 use super::engine::{Engine, Needs, StopRegisters, Ucontext};
-use super::events::{
-    arm_breakpoint, disarm_breakpoint, rearm_sampling, resume_sampling, top_up_breakpoint,
-};
+use super::events::{arm_breakpoint, disarm_breakpoint, top_up_breakpoint};
 use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer, Unsettled};
 
 pub(super) struct Emulate;
@@ -49,7 +47,7 @@ pub(super) struct Emulate;
 pub(crate) static MEASURE: AtomicU8 = AtomicU8::new(MEASURE_OFF);
 /// Samples trace as usual.
 pub(crate) const MEASURE_OFF: u8 = 0;
-/// Samples are counted and re-armed, nothing more.
+/// Samples are counted, nothing more.
 pub(crate) const MEASURE_SAMPLE_ONLY: u8 = 1;
 /// Samples emulate one segment into a counting sink, and arm nothing.
 pub(crate) const MEASURE_EMULATE_ONLY: u8 = 2;
@@ -153,7 +151,6 @@ fn measure_sample(
             });
         }
     }
-    rearm_sampling(t);
     Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
 }
 
@@ -195,15 +192,13 @@ fn on_sample(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, uc: &Ucont
             // The sample came as the handler that proved the segment
             // returned (it fell due while that handler ran): the thread
             // has run none of the segment yet, and a handler pending with
-            // it would run next. Settled at the next sample, which must be
-            // armed again: this one used the event's one overflow, and no
-            // trace is open to arm it.
+            // it would run next. Settled at the next sample, a whole
+            // period away (`events::set_sampling_period`).
             t.unsettled = Some(Unsettled {
                 deferred: true,
                 ..u
             });
             Counters::bump(&c.samples_in_trace);
-            rearm_sampling(t);
             Counters::add(&c.sampling_ns, sys::raw::clock_ns().saturating_sub(t0));
             return;
         }
@@ -422,7 +417,6 @@ fn proven_end(end: SegmentEnd) -> TraceEnd {
 fn hold_unsettled(t: &mut ThreadTrace, u: Unsettled) {
     t.unsettled = Some(u);
     disarm_breakpoint(t);
-    resume_sampling(t);
     if SLOW_HANDLER.load(Ordering::Relaxed) && t.period != 0 {
         let until = sys::thread_cpu_ns().saturating_add(10 * t.period);
         while !sys::sigtrap_pending() && sys::thread_cpu_ns() < until {

@@ -1,9 +1,10 @@
 //! How a trace begins and ends, in every mode. It begins in a buffer from
-//! the pool, with sampling kept armed at the watchdog's period. It ends:
-//! the open trace is closed in its
-//! buffer with how it ended (its unvalidated entries dropped first), the
-//! breakpoint is disarmed, the buffer is swapped when it has no room for
-//! another trace, and the next sampling period starts. Async-signal-safe;
+//! the pool. It ends: the open trace is closed in its buffer with how it
+//! ended (its unvalidated entries dropped first), the breakpoint is
+//! disarmed, and the buffer is swapped when it has no room for another
+//! trace. The sampling event follows as the handler returns
+//! (`events::set_sampling_period`): the watchdog's period while a trace waits at a
+//! stop, else a whole period from the trace's end. Async-signal-safe;
 //! `close_open_trace` is also the control thread's, holding the slot.
 
 use std::sync::atomic::Ordering;
@@ -13,12 +14,11 @@ use crate::sync::Doorbell;
 
 use super::counters::Counters;
 use super::engine::Needs;
-use super::events::{disarm_breakpoint, rearm_sampling, resume_sampling, watch_trace};
+use super::events::disarm_breakpoint;
 use super::{Awaiting, ThreadSlot, ThreadTrace, Tracer};
 
 /// Opens a trace at a sample: in the thread's buffer (a free one from the
-/// pool if it has none), counted, with sampling armed at the watchdog's
-/// period (`events::watch_trace`). A thread's first sample takes what its
+/// pool if it has none), counted. A thread's first sample takes what its
 /// mode needs from the pools too (see `pools`). False, with the next
 /// sample a whole period away, when a pool is empty (counted
 /// `no_free_state` or `no_free_buffer`). `needs` is the calling engine's
@@ -41,7 +41,6 @@ pub(super) fn begin_trace(
     }
     if !super::pools::take(&tracer.states, t, needs) {
         Counters::bump(&c.no_free_state);
-        rearm_sampling(t);
         return false;
     }
     if t.buffer.is_none() {
@@ -51,22 +50,19 @@ pub(super) fn begin_trace(
         Some(b) => b.open_trace(),
         None => {
             Counters::bump(&c.no_free_buffer);
-            rearm_sampling(t);
             return false;
         }
     }
     Counters::bump(&c.traces_started);
-    watch_trace(t);
     true
 }
 
-/// Closes the open trace, makes sure the buffer has room for the next one
-/// (swapping it for an empty one if not: the paper's free-space check) and
-/// starts the next sampling period.
+/// Closes the open trace and makes sure the buffer has room for the next
+/// one (swapping it for an empty one if not: the paper's free-space
+/// check); the next sampling period starts as the handler returns.
 pub(super) fn end_trace(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace, end: TraceEnd) {
     close_open_trace(t, &slot.counters, end);
     make_room(tracer, slot, t);
-    resume_sampling(t);
 }
 
 /// Makes sure the buffer has room for a whole trace, swapping it for an

@@ -1,8 +1,9 @@
 //! The thread's two perf events, as the engines drive them: the hardware
 //! breakpoint (moved to the next stop, topped up, renewed) and the sampling
-//! event (armed for one sample, kept armed with a watchdog period while a
-//! trace is open), and their attributes. Async-signal-safe: each is one or
-//! two ioctls, or a close and a perf_event_open.
+//! event (enabled once, with no limit, its period lengthened to the
+//! watchdog's while a trace waits at a stop), and their attributes.
+//! Async-signal-safe: each is one or two ioctls, or a close and a
+//! perf_event_open.
 
 use std::os::fd::AsRawFd;
 
@@ -143,70 +144,71 @@ pub(super) fn disarm_breakpoint(t: &mut ThreadTrace) {
     }
 }
 
-/// After a breakpoint's SIGTRAP that came late (raised while the thread
-/// had SIGTRAP blocked): a sample raised while it waited was merged into it
-/// (a pending SIGTRAP absorbs the next one; they are not queued) and spent
-/// the sampling event's one overflow, so the event stays off and the thread
-/// is never sampled again. An event that is on has its enabled time advance
-/// between two reads (the thread is running this handler); one that is off
-/// does not. Off: armed again and counted (`samples_merged`), unless a
-/// SIGTRAP waits (a sample that fell due while this handler ran: its own
-/// handler arms the next, and arming here too would leave the event one
-/// overflow ahead for good). Measured with
-/// tests/programs/blocked_sigtrap_faults.c in emulate mode: without this,
-/// about one run in ten lost its sampling for most of the run.
-/// Async-signal-safe.
-pub(super) fn revive_sampling(slot: &ThreadSlot, t: &mut ThreadTrace) {
-    let Some(fd) = t.sample_fd.as_ref() else {
-        return;
-    };
-    let raw = fd.as_raw_fd();
-    let (Some(before), Some(after)) = (sys::perf_time_enabled(raw), sys::perf_time_enabled(raw))
-    else {
-        return;
-    };
-    if before == after && !sys::sigtrap_pending() {
-        let _ = sys::perf_refresh(raw, 1);
-        Counters::bump(&slot.counters.samples_merged);
-    }
-}
-
-/// A trace's watchdog, in sampling periods (see [`watch_trace`]).
+/// A trace's watchdog, in sampling periods (see [`set_sampling_period`]).
 const WATCHDOG_PERIODS: u64 = 4;
 
-/// Sampling when no trace is open: the next sample a whole period from
-/// now. (Each sample disables the event: it allows one overflow.)
-pub(super) fn rearm_sampling(t: &mut ThreadTrace) {
-    if let Some(fd) = t.sample_fd.as_ref() {
-        if t.period != 0 {
-            let _ = sys::perf_set_period(fd.as_raw_fd(), t.period);
-        }
-        let _ = sys::perf_refresh(fd.as_raw_fd(), 1);
+/// How the sampling event runs. It is enabled once, as the thread
+/// registers, with no limit of overflows (`threads::register`), and it
+/// keeps counting the thread's CPU time, the handlers' included, as perf's
+/// own sampling does: a handler never arms it. A one-shot event (a limit
+/// of one overflow, renewed by `PERF_EVENT_IOC_REFRESH` in every handler,
+/// as the paper's sampling is) cost 11–14 µs more of a sample's handler on the AMD
+/// Zen 5 guest (results/speed, fourteenth round): the ioctl, which starts
+/// the event's timer again, and the kernel's disabling of the event at the
+/// overflow; and a path that forgot to renew it took the thread's
+/// sampling away for good.
+///
+/// As a handler of ours returns, the period is set to what the thread's
+/// trace needs now, where it changes (`event_period` keeps the one the
+/// event counts; the thread's first is drawn at random, see
+/// `threads::register`):
+///
+/// - no trace waits at a stop (none is open, it ended, or its last segment
+///   waits for the next sample to settle it): the sampling period. Set
+///   after a trace that waited, which restarts the count: a whole period
+///   from the trace's end.
+/// - a trace waits at a stop (a checkpoint, an instruction left to the
+///   CPU, the paper's next branch): [`WATCHDOG_PERIODS`] periods from the
+///   handler that left it waiting. A trace that moves ends long before;
+///   one whose stop the thread never reaches (a longjmp away from it, a
+///   thread that waits) is given up at the watchdog's sample.
+///
+/// So a trace that ends in its sample's handler (most of emulate mode's:
+/// one proven segment) costs no ioctl at all. A sample's handler that ran
+/// an eighth of a period or more (`sample_began`, when it began; a
+/// thread's first traces, a long segment, a short period) restarts the
+/// count as it returns, so that the application runs at least seven
+/// eighths of a period of its own between samples; a sample that fell due
+/// while it ran waits (SIGTRAP is blocked in the handler) and is dropped
+/// as it arrives (`skip_sample`; counted `samples_in_handler`): traced, it
+/// would begin where this one did, and with handlers that outlast the
+/// period the thread would run nothing else. With a frequency, which sets
+/// its own periods, only that drop. Async-signal-safe.
+pub(super) fn set_sampling_period(t: &mut ThreadTrace, sample_began: Option<u64>) {
+    let Some(fd) = t.sample_fd.as_ref().map(AsRawFd::as_raw_fd) else {
+        return;
+    };
+    let want = match (t.period, t.awaiting.is_some()) {
+        (0, _) => 0,
+        (period, true) => period * WATCHDOG_PERIODS,
+        (period, false) => period,
+    };
+    let long = sample_began.is_some_and(|began| {
+        let eighth = if t.period != 0 {
+            t.period / 8
+        } else {
+            LONG_HANDLER_NS
+        };
+        sys::raw::clock_ns().saturating_sub(began) >= eighth
+    });
+    if want != 0 && (want != t.event_period || long) && sys::perf_set_period(fd, want).is_ok() {
+        t.event_period = want;
+    }
+    if long && sys::sigtrap_pending() {
+        t.skip_sample = true;
     }
 }
 
-/// At the sample that begins a trace, or finds one still open: sampling
-/// stays armed through the trace, with a period of [`WATCHDOG_PERIODS`]
-/// periods. A trace that moves ends long before (then [`resume_sampling`]
-/// starts a whole period from its end, so a trace's own time does not count
-/// towards the next sample, as with the paper's one-shot sampling); one
-/// whose breakpoint the thread never reaches (a longjmp away from it, a
-/// thread that waits) is given up at the watchdog's sample, where the
-/// paper's sampling would stay off for good. With a frequency, which sets
-/// its own periods, sampling simply stays armed.
-pub(super) fn watch_trace(t: &mut ThreadTrace) {
-    if let Some(fd) = t.sample_fd.as_ref() {
-        if t.period != 0 {
-            let _ = sys::perf_set_period(fd.as_raw_fd(), t.period * WATCHDOG_PERIODS);
-        }
-        let _ = sys::perf_refresh(fd.as_raw_fd(), 1);
-    }
-}
-
-/// At a trace's end: the next sample a whole period from now (setting the
-/// period restarts the count). The event is armed already (`watch_trace`).
-pub(super) fn resume_sampling(t: &mut ThreadTrace) {
-    if let (Some(fd), true) = (t.sample_fd.as_ref(), t.period != 0) {
-        let _ = sys::perf_set_period(fd.as_raw_fd(), t.period);
-    }
-}
+/// With a frequency (no fixed period): a sample's handler this long may
+/// have outlasted the kernel's period (see [`set_sampling_period`]).
+const LONG_HANDLER_NS: u64 = 250_000;

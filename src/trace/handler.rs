@@ -25,7 +25,7 @@ use crate::sys;
 use super::counters::Counters;
 use super::ends::close_open_trace;
 use super::engine::{Engine, StopRegisters, Ucontext};
-use super::events::{rearm_sampling, renew_breakpoint, revive_sampling, watch_trace};
+use super::events::{renew_breakpoint, set_sampling_period};
 use super::{chain, Entry, Lookahead, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG};
 
 /// The engine of `mode`: the one place a mode is looked at.
@@ -62,13 +62,23 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                     // SAFETY: enter() made this handler the slot's holder;
                     // the ucontext is the kernel's for this delivery.
                     let (t, uc) = unsafe { (slot.inner(), Ucontext::of(ctx)) };
+                    let began = sys::raw::clock_ns();
                     let engine = engine_of(tracer.lookahead());
-                    if tag == SAMPLE_TAG && is_merged_stop(t, uc) {
-                        let c = &slot.counters;
+                    let c = &slot.counters;
+                    let as_sample = tag == SAMPLE_TAG && !is_merged_stop(t, uc);
+                    if as_sample && t.skip_sample {
+                        // It fell due while the last sample's handler ran
+                        // (see `events::set_sampling_period`).
+                        t.skip_sample = false;
+                        Counters::bump(&c.samples);
+                        Counters::bump(&c.samples_in_handler);
+                        slot.leave();
+                        return;
+                    }
+                    if tag == SAMPLE_TAG && !as_sample {
                         Counters::bump(&c.samples);
                         Counters::bump(&c.samples_in_trace);
                         Counters::bump(&c.merged_stops);
-                        watch_trace(t);
                         t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
                         engine.on_breakpoint(tracer, slot, t, uc);
                     } else if tag == SAMPLE_TAG {
@@ -86,9 +96,17 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                             t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
                         }
                         engine.on_breakpoint(tracer, slot, t, uc);
-                        if late && tracer.running.load(Ordering::Acquire) {
-                            revive_sampling(slot, t);
-                        }
+                    }
+                    // The engines time their own parts; this one is the
+                    // handler's too.
+                    let a0 = sys::raw::clock_ns();
+                    set_sampling_period(t, as_sample.then_some(began));
+                    let armed = sys::raw::clock_ns().saturating_sub(a0);
+                    t.trace_ns += armed;
+                    if as_sample {
+                        Counters::add(&c.sampling_ns, armed);
+                    } else {
+                        Counters::add(&c.breakpoint_ns, armed);
                     }
                     slot.leave();
                 }
@@ -181,6 +199,6 @@ fn take_back(tracer: &Tracer, slot: &ThreadSlot, t: &mut ThreadTrace) {
     // What is left of the breakpoint's limit is unknown.
     renew_breakpoint(slot, t);
     if tracer.running.load(Ordering::Acquire) {
-        rearm_sampling(t);
+        set_sampling_period(t, None);
     }
 }

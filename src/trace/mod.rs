@@ -72,9 +72,7 @@ pub fn emulates(mode: Lookahead) -> bool {
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
-};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -223,8 +221,15 @@ pub struct ThreadTrace {
     /// The event opens with a random part of it as its first period, so
     /// that threads shorter than a period are sampled in proportion to
     /// their CPU time instead of never (each thread's event counts from
-    /// zero); the first trace sets it (see `events::watch_trace`).
+    /// zero); the first sample sets it (see `events::set_sampling_period`).
     pub period: u64,
+    /// The sample period the sampling event counts now: the thread's
+    /// first, then `period`, or the watchdog's while a trace waits at a
+    /// stop (see `events::set_sampling_period`).
+    pub event_period: u64,
+    /// A sample fell due while the last sample's handler ran: it is
+    /// dropped as it arrives (see `events::set_sampling_period`).
+    pub skip_sample: bool,
     /// Hits the breakpoint event's limit still allows before the kernel
     /// stops it (see `events::arm_breakpoint`).
     pub bp_hits_left: u32,
@@ -303,6 +308,8 @@ impl ThreadTrace {
             bp_armed: false,
             bp_hits_left: 0,
             period: 0,
+            event_period: 0,
+            skip_sample: false,
             buffer: None,
             stops_since_sample: 0,
             cache: None,
@@ -329,17 +336,6 @@ pub struct ThreadSlot {
     /// (`ThreadSlot::zeroed_table`).
     inner: UnsafeCell<MaybeUninit<ThreadTrace>>,
     pub counters: Counters,
-    /// Handler entries so far (every SIGTRAP of ours the thread took): the
-    /// sweep tells a stuck `BUSY` slot from a busy one by it.
-    entries: AtomicU32,
-    /// `entries` when the sweep last saw the slot `BUSY`.
-    entries_seen_busy: AtomicU32,
-    /// Whether the sweep re-armed the sampling of this stuck slot.
-    poked: AtomicBool,
-    /// The sampling event's descriptor while the slot has one, -1 else:
-    /// the sweep re-arms sampling of a stuck slot through it (under the
-    /// tracer's descriptor lock, which closers hold to close it).
-    sample_fd: AtomicI32,
 }
 
 // SAFETY: `inner` is only touched by the holder of the slot, as the state
@@ -348,8 +344,7 @@ unsafe impl Sync for ThreadSlot {}
 
 // SAFETY: zero bytes are a free slot that no thread ever had: tid
 // `TID_NONE`, state `FREE`, atomics 0, and `inner` a MaybeUninit, written
-// at the slot's first claim (`Tracer::claim`); `sample_fd` and
-// `entries_seen_busy` are read only for a claimed slot, and set then.
+// at the slot's first claim (`Tracer::claim`).
 unsafe impl bytemuck::Zeroable for ThreadSlot {}
 
 impl ThreadSlot {
@@ -360,10 +355,6 @@ impl ThreadSlot {
             state: AtomicU8::new(FREE),
             inner: UnsafeCell::new(MaybeUninit::new(ThreadTrace::empty())),
             counters: Counters::default(),
-            entries: AtomicU32::new(0),
-            entries_seen_busy: AtomicU32::new(u32::MAX),
-            poked: AtomicBool::new(false),
-            sample_fd: AtomicI32::new(-1),
         }
     }
 
@@ -385,7 +376,6 @@ impl ThreadSlot {
 
     /// Handler entry (see the module doc). Async-signal-safe.
     fn enter(&self) -> Entry {
-        self.entries.fetch_add(1, Ordering::Relaxed);
         match self
             .state
             .compare_exchange(READY, BUSY, Ordering::Acquire, Ordering::Relaxed)
@@ -527,9 +517,6 @@ pub struct Tracer {
     /// Serialises claims of slots (a probe and a store: held for
     /// microseconds, never in a handler).
     claim_lock: SpinLock<()>,
-    /// Held to close a slot's descriptors and to re-arm a stuck slot's
-    /// sampling through its raw descriptor (never in a handler).
-    fd_lock: SpinLock<()>,
 }
 
 static TRACER: OnceLock<Tracer> = OnceLock::new();
@@ -563,7 +550,6 @@ impl Tracer {
             threads_registered: Default::default(),
             epoch: AtomicU64::new(0),
             claim_lock: SpinLock::new(()),
-            fd_lock: SpinLock::new(()),
         }
     }
 
@@ -636,7 +622,6 @@ impl Tracer {
                         unsafe { (*slot.inner.get()).write(ThreadTrace::empty()) };
                     }
                     slot.counters.reset();
-                    slot.entries_seen_busy.store(u32::MAX, Ordering::Relaxed);
                     slot.tid.store(tid, Ordering::Release);
                     return Ok(slot);
                 }
@@ -649,7 +634,6 @@ impl Tracer {
     /// have back.
     pub fn reset_locks(&self) {
         self.claim_lock.force_unlock();
-        self.fd_lock.force_unlock();
     }
 
     /// Every slot ever claimed, in table order: the only ones that can
@@ -695,7 +679,6 @@ pub fn forget_parent_threads(tracer: &Tracer) {
         // SAFETY: the child has one thread, not in a handler, and no
         // events: nobody else holds any slot, whatever its state said.
         let t = unsafe { slot.inner() };
-        slot.sample_fd.store(-1, Ordering::Relaxed);
         t.sample_fd = None;
         t.bp_fd = None;
         t.awaiting = None;
@@ -827,7 +810,6 @@ mod tests {
         slot.leave();
         slot.state.store(SETUP, Ordering::Relaxed);
         assert_eq!(slot.enter(), Entry::Refused);
-        assert_eq!(slot.entries.load(Ordering::Relaxed), 4);
     }
 
     #[test]

@@ -12,8 +12,7 @@ use crate::sys::{self, Errno};
 pub use super::events::SamplingEvent;
 use super::events::{breakpoint_attr, sampling_attr};
 use super::{
-    Closer, Closing, Counters, ThreadSlot, ThreadTrace, Tracer, BUSY, CLOSED, FREE, READY,
-    TID_TOMBSTONE,
+    Closer, Closing, Counters, ThreadSlot, ThreadTrace, Tracer, CLOSED, FREE, READY, TID_TOMBSTONE,
 };
 
 /// Why a thread could not be traced.
@@ -70,6 +69,13 @@ pub fn register<'t>(
         let phase = 1 + seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) % event.period;
         sample_attr.__bindgen_anon_1.sample_period = phase;
     }
+    t.event_period = if event.freq {
+        0
+    } else {
+        // SAFETY: sample_period is the active field without a frequency.
+        unsafe { sample_attr.__bindgen_anon_1.sample_period }
+    };
+    t.skip_sample = false;
     // Opened and stored in the slot with no fork in between: a forked
     // child closes the descriptors its copy of the table names, and one
     // held only in a local here would stay open in it.
@@ -86,28 +92,22 @@ pub fn register<'t>(
         return Err(e);
     }
     let raw = t.sample_fd.as_ref().map_or(-1, |fd| fd.as_raw_fd());
-    // Armed while the slot is still ours alone (SETUP): once it is READY a
-    // stop may close it, and these descriptors with it, at any moment.
-    let entries = slot.entries.load(Ordering::SeqCst);
+    // Enabled while the slot is still ours alone (SETUP): once it is READY
+    // a stop may close it, and these descriptors with it, at any moment.
+    // With no limit of overflows: it runs until the slot closes (see
+    // `events::set_sampling_period`), so a sample refused before the slot is
+    // ready loses only itself.
     t.cpu_at_register = sys::thread_cpu_ns_of(tid);
-    if let Err(e) = sys::perf_refresh(raw, 1) {
+    if let Err(e) = sys::perf_enable(raw) {
         t.bp_fd = None;
         t.sample_fd = None;
         release(slot);
         return Err(RegisterError::Arm(e));
     }
-    slot.sample_fd.store(raw, Ordering::Relaxed);
     // SeqCst: a thread registering itself checks `running` after this
     // store, and stop clears `running` before it reads the states, so
     // one of the two sees the other (see register_current_thread).
     slot.state.store(READY, Ordering::SeqCst);
-    if slot.entries.load(Ordering::SeqCst) != entries {
-        // A sample came before the slot was ready and was refused, which
-        // left sampling off: arm it again. Should a stop have closed the
-        // slot meanwhile, this fails on a closed descriptor, or at worst
-        // gives one extra sample to the event that reused its number.
-        let _ = sys::perf_refresh(raw, 1);
-    }
     tracer.threads_registered.fetch_add(1, Ordering::Relaxed);
     Ok(Some(slot))
 }
@@ -154,11 +154,8 @@ pub fn close(tracer: &Tracer, slot: &ThreadSlot, reason: AbortReason, closer: Cl
     super::ends::close_open_trace(t, &slot.counters, TraceEnd::Aborted(reason));
     count_sampling_off(slot, t);
     // Closing the fds disables both events.
-    tracer.fd_lock.with(|_| {
-        slot.sample_fd.store(-1, Ordering::Relaxed);
-        t.sample_fd = None;
-        t.bp_fd = None;
-    });
+    t.sample_fd = None;
+    t.bp_fd = None;
     t.bp_hits_left = 0;
     if let Some(buffer) = t.buffer.take() {
         let queue = if buffer.is_empty() {
@@ -198,50 +195,23 @@ pub fn close_all(tracer: &Tracer) -> Vec<i32> {
     tids
 }
 
-/// The worker's periodic look at the table (never in a handler):
-///
-/// - a slot whose thread is gone is closed (threads found at start have no
-///   exit hook of ours; a thread killed by a raw exit has none either);
-/// - a slot `BUSY` at two looks in a row with no handler entry between
-///   them is stuck: its handler was abandoned before it re-armed sampling,
-///   so no SIGTRAP of ours will ever reach the thread again. The sweep
-///   re-arms the thread's sampling; its next handler takes the slot back.
-///   A handler merely preempted that long is harmless to poke: one extra
-///   sample arrives while its trace is open and is ignored.
+/// The worker's periodic look at the table (never in a handler): a slot
+/// whose thread is gone is closed (threads found at start have no exit
+/// hook of ours; a thread killed by a raw exit has none either). A slot
+/// left `BUSY` by an abandoned handler needs nothing: the thread's
+/// sampling runs on (it has no limit of overflows), and its next handler
+/// takes the slot back.
 pub fn sweep(tracer: &Tracer) {
     for slot in tracer.claimed_slots() {
         let tid = slot.tid();
         if tid <= 0 {
             continue;
         }
-        if !sys::thread_alive(tid) {
-            if close(tracer, slot, AbortReason::ThreadExit, Closer::Owner) == Closing::Taken {
-                crate::host::bump(&crate::host::HOST.threads_gone);
-            }
-            continue;
+        if !sys::thread_alive(tid)
+            && close(tracer, slot, AbortReason::ThreadExit, Closer::Owner) == Closing::Taken
+        {
+            crate::host::bump(&crate::host::HOST.threads_gone);
         }
-        if slot.state.load(Ordering::Acquire) != BUSY {
-            slot.entries_seen_busy.store(u32::MAX, Ordering::Relaxed);
-            slot.poked.store(false, Ordering::Relaxed);
-            continue;
-        }
-        let entries = slot.entries.load(Ordering::Relaxed);
-        if slot.entries_seen_busy.swap(entries, Ordering::Relaxed) != entries {
-            slot.poked.store(false, Ordering::Relaxed);
-            continue;
-        }
-        // Once per stuck episode: each poke adds one sample to the event's
-        // limit, and a thread asleep in a system call takes none.
-        if slot.poked.swap(true, Ordering::Relaxed) {
-            continue;
-        }
-        tracer.fd_lock.with(|_| {
-            let raw = slot.sample_fd.load(Ordering::Relaxed);
-            if slot.state.load(Ordering::Acquire) == BUSY && slot.tid() == tid && raw >= 0 {
-                let _ = sys::perf_refresh(raw, 1);
-                crate::host::bump(&crate::host::HOST.stuck_slots_poked);
-            }
-        });
     }
 }
 

@@ -6,7 +6,7 @@
 //!
 //! Sampling stays armed while a trace is open, with a watchdog period of
 //! several periods (the paper's sampling is off until the trace ends; see
-//! `events::watch_trace`). A watchdog sample that finds the trace moving
+//! `events::set_sampling_period`). A watchdog sample that finds the trace moving
 //! from stop to stop lets it go on (`samples_in_trace`); one that finds no
 //! stop since the last gives it up (`breakpoint_unreached`: the thread left
 //! the path by longjmp, or waits) and begins a new trace. Otherwise one
@@ -24,7 +24,7 @@ use crate::sys;
 use super::counters::Counters;
 use super::ends::{begin_trace, close_open_trace, end_trace, make_room};
 use super::engine::{Engine, Needs, StopRegisters, Ucontext};
-use super::events::{arm_breakpoint, disarm_breakpoint, watch_trace};
+use super::events::{arm_breakpoint, disarm_breakpoint};
 use super::{Awaiting, Pending, StackPointer, ThreadSlot, ThreadTrace, Tracer};
 use crate::decode::LiveCode;
 
@@ -124,10 +124,10 @@ pub(super) fn on_sample(
     Counters::bump(&c.samples);
     if t.awaiting.is_some() {
         if t.stops_since_sample > 0 {
-            // The trace moved in the watchdog's period: it goes on.
+            // The trace moved in the watchdog's period: it goes on, with
+            // a watchdog's period from here (`events::set_sampling_period`).
             t.stops_since_sample = 0;
             Counters::bump(&c.samples_in_trace);
-            watch_trace(t);
             return;
         }
         // A whole watchdog period without a stop: the thread is not coming

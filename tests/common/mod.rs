@@ -293,8 +293,10 @@ pub fn check_reconciles(rec: &Recording) {
         c("traces_started")
             + c("drops.no_free_buffer")
             + c("drops.no_free_state")
-            + c("samples_in_trace"),
-        "samples ≠ traces_started + no_free_buffer + no_free_state + samples_in_trace: {s}"
+            + c("samples_in_trace")
+            + c("samples_in_handler"),
+        "samples ≠ traces_started + no_free_buffer + no_free_state + samples_in_trace \
+         + samples_in_handler: {s}"
     );
     assert_eq!(
         c("traces_aborted"),
@@ -396,10 +398,10 @@ pub fn check_summary(rec: &Recording) {
     if counter(s, "emulation_decodes") > 0 {
         assert!(decode > 0, "the emulation decoded, in no time: {s}");
     }
-    // A thread's sampling is off only from a sample to the handler that
-    // arms the next; a thread whose event nothing armed again ran with it
-    // off for good (results/speed, ninth round). Judged once the threads
-    // ran 20 ms.
+    // A thread's sampling event runs from its registration to its close
+    // (`events::set_sampling_period`); when each sample took it off until a
+    // handler armed it again, a path that forgot left it off for good
+    // (results/speed, ninth round). Judged once the threads ran 20 ms.
     let (ran, off) = (counter(s, "threads_cpu_ns"), counter(s, "sampling_off_ns"));
     assert!(off <= ran, "sampling off longer than the threads ran: {s}");
     if ran >= 20_000_000 {
