@@ -114,13 +114,18 @@ fn main() {
     // One plain and one sampled run per round, both workloads in each
     // round; each run is about 0.4 s of CPU on this machine.
     let mut table = vec![0u64; 1 << 20];
-    let mut floors: Vec<(&str, u64, Vec<f64>, Vec<u64>)> = Vec::new();
+    // (workload, period, one-shot, per-sample costs, samples per run)
+    type Floor = (&'static str, u64, bool, Vec<f64>, Vec<u64>);
+    let mut floors: Vec<Floor> = Vec::new();
     for period in [1_000_000u64, 200_000] {
-        floors.push(("compute-bound", period, Vec::new(), Vec::new()));
-        floors.push(("memory-bound (8 MB)", period, Vec::new(), Vec::new()));
+        for one_shot in [false, true] {
+            for name in ["compute-bound", "memory-bound (8 MB)"] {
+                floors.push((name, period, one_shot, Vec::new(), Vec::new()));
+            }
+        }
     }
     for _ in 0..RUNS {
-        for (name, period, per_sample, samples) in floors.iter_mut() {
+        for (name, period, one_shot, per_sample, samples) in floors.iter_mut() {
             let mut work: Box<dyn FnMut()> = if name.starts_with("compute") {
                 Box::new(|| {
                     black_box(work(black_box(40_000_000)));
@@ -130,7 +135,7 @@ fn main() {
                     black_box(random_access(&mut table, black_box(150_000_000)));
                 })
             };
-            let c = calibrate::measure_sampling_on_this_thread(*period, &mut *work)
+            let c = calibrate::measure_sampling_on_this_thread(*period, *one_shot, &mut *work)
                 .expect("task-clock sampling");
             per_sample.push(c.per_sample_ns());
             samples.push(c.samples);
@@ -148,12 +153,15 @@ fn main() {
     );
     println!(
         "\nthe sample floor ({RUNS} rounds of a plain and a sampled run; medians): CPU time one \
-         task-clock sample adds with a handler that only re-arms it"
+         task-clock sample adds with a handler that does nothing: the event without a limit \
+         (the tracer's), and one-shot, re-armed by the handler (the tracer's until the \
+         fourteenth round of results/speed)"
     );
-    for (name, period, per_sample, samples) in floors {
+    for (name, period, one_shot, per_sample, samples) in floors {
         let samples = median(samples.iter().map(|&n| n as f64).collect());
+        let kind = if one_shot { "one-shot" } else { "no limit" };
         println!(
-            "  {name:<20} period {:>4} us  {:8.2} us/sample  ({samples:.0} samples per run)",
+            "  {name:<20} period {:>4} us  {kind:<8}  {:8.2} us/sample  ({samples:.0} samples per run)",
             period / 1000,
             median(per_sample) / 1e3
         );
