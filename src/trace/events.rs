@@ -147,10 +147,10 @@ pub(super) fn disarm_breakpoint(t: &mut ThreadTrace) {
 /// A trace's watchdog, in sampling periods (see [`set_sampling_period`]).
 const WATCHDOG_PERIODS: u64 = 4;
 
-/// How the sampling event runs. It is enabled once, as the thread
-/// registers, with no limit of overflows (`threads::register`), and it
-/// keeps counting the thread's CPU time, the handlers' included, as perf's
-/// own sampling does: a handler never arms it. A one-shot event (a limit
+/// How the sampling event runs. From the thread's first sample on
+/// ([`sample_entered`]) it has no limit of overflows, and it keeps
+/// counting the thread's CPU time, the handlers' included, as perf's own
+/// sampling does: a handler never arms it. A one-shot event (a limit
 /// of one overflow, renewed by `PERF_EVENT_IOC_REFRESH` in every handler,
 /// as the paper's sampling is) cost 11–14 µs more of a sample's handler on the AMD
 /// Zen 5 guest (results/speed, fourteenth round): the ioctl, which starts
@@ -161,7 +161,8 @@ const WATCHDOG_PERIODS: u64 = 4;
 /// As a handler of ours returns, the period is set to what the thread's
 /// trace needs now, where it changes (`event_period` keeps the one the
 /// event counts; the thread's first is drawn at random, see
-/// `threads::register`):
+/// `threads::register`, and replaced at its first sample,
+/// [`sample_entered`]):
 ///
 /// - no trace waits at a stop (none is open, it ended, or its last segment
 ///   waits for the next sample to settle it): the sampling period. Set
@@ -206,6 +207,35 @@ pub(super) fn set_sampling_period(t: &mut ThreadTrace, sample_began: Option<u64>
     }
     if long && sys::sigtrap_pending() {
         t.skip_sample = true;
+    }
+}
+
+/// At a sample's SIGTRAP, before anything else: the thread's first sample
+/// sets the period and takes the limit off. A thread's first period is
+/// drawn at random (`threads::register`), so its event opens with a limit
+/// of one overflow: without one, a short first period went on after the
+/// first overflow until a handler set the period, every 10 µs (the
+/// kernel's least) through the whole first handler (measured on the churn
+/// of 1,000 short threads: 15–25 ms of handler time for 3–13 samples,
+/// against under 1 ms), and for good in a thread that keeps SIGTRAP
+/// blocked and so never runs a handler. Two ioctls, once per thread; a
+/// thread whose first sample never comes (it blocks SIGTRAP) costs one
+/// overflow. With a frequency, which draws no first period, the event
+/// opens without a limit. Async-signal-safe.
+pub(super) fn sample_entered(t: &mut ThreadTrace) {
+    if t.sampling_unlimited {
+        return;
+    }
+    let Some(fd) = t.sample_fd.as_ref().map(AsRawFd::as_raw_fd) else {
+        return;
+    };
+    if t.period != 0 && sys::perf_set_period(fd, t.period).is_ok() {
+        t.event_period = t.period;
+    }
+    // The overflow used the limit, which disabled the event: enabled
+    // again, its limit is none.
+    if sys::perf_enable(fd).is_ok() {
+        t.sampling_unlimited = true;
     }
 }
 

@@ -25,7 +25,7 @@ use crate::sys;
 use super::counters::Counters;
 use super::ends::close_open_trace;
 use super::engine::{Engine, StopRegisters, Ucontext};
-use super::events::{renew_breakpoint, set_sampling_period};
+use super::events::{renew_breakpoint, sample_entered, set_sampling_period};
 use super::{chain, Entry, Lookahead, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG};
 
 /// The engine of `mode`: the one place a mode is looked at.
@@ -65,6 +65,9 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                     let began = sys::raw::clock_ns();
                     let engine = engine_of(tracer.lookahead());
                     let c = &slot.counters;
+                    if tag == SAMPLE_TAG {
+                        sample_entered(t);
+                    }
                     let as_sample = tag == SAMPLE_TAG && !is_merged_stop(t, uc);
                     if as_sample && t.skip_sample {
                         // It fell due while the last sample's handler ran

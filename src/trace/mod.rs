@@ -72,7 +72,9 @@ pub fn emulates(mode: Lookahead) -> bool {
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -230,6 +232,9 @@ pub struct ThreadTrace {
     /// A sample fell due while the last sample's handler ran: it is
     /// dropped as it arrives (see `events::set_sampling_period`).
     pub skip_sample: bool,
+    /// Whether the sampling event runs without a limit of overflows: from
+    /// the thread's first sample on (`events::sample_entered`).
+    pub sampling_unlimited: bool,
     /// Hits the breakpoint event's limit still allows before the kernel
     /// stops it (see `events::arm_breakpoint`).
     pub bp_hits_left: u32,
@@ -310,6 +315,7 @@ impl ThreadTrace {
             period: 0,
             event_period: 0,
             skip_sample: false,
+            sampling_unlimited: false,
             buffer: None,
             stops_since_sample: 0,
             cache: None,
@@ -336,6 +342,10 @@ pub struct ThreadSlot {
     /// (`ThreadSlot::zeroed_table`).
     inner: UnsafeCell<MaybeUninit<ThreadTrace>>,
     pub counters: Counters,
+    /// Handler entries so far (every SIGTRAP of ours the thread took):
+    /// registration tells by it whether a sample came, and was refused,
+    /// before the slot was ready (`threads::register`).
+    entries: AtomicU32,
 }
 
 // SAFETY: `inner` is only touched by the holder of the slot, as the state
@@ -355,6 +365,7 @@ impl ThreadSlot {
             state: AtomicU8::new(FREE),
             inner: UnsafeCell::new(MaybeUninit::new(ThreadTrace::empty())),
             counters: Counters::default(),
+            entries: AtomicU32::new(0),
         }
     }
 
@@ -376,6 +387,7 @@ impl ThreadSlot {
 
     /// Handler entry (see the module doc). Async-signal-safe.
     fn enter(&self) -> Entry {
+        self.entries.fetch_add(1, Ordering::Relaxed);
         match self
             .state
             .compare_exchange(READY, BUSY, Ordering::Acquire, Ordering::Relaxed)
@@ -810,6 +822,7 @@ mod tests {
         slot.leave();
         slot.state.store(SETUP, Ordering::Relaxed);
         assert_eq!(slot.enter(), Entry::Refused);
+        assert_eq!(slot.entries.load(Ordering::Relaxed), 4);
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub fn register<'t>(
         unsafe { sample_attr.__bindgen_anon_1.sample_period }
     };
     t.skip_sample = false;
+    t.sampling_unlimited = false;
     // Opened and stored in the slot with no fork in between: a forked
     // child closes the descriptors its copy of the table names, and one
     // held only in a local here would stay open in it.
@@ -92,22 +93,39 @@ pub fn register<'t>(
         return Err(e);
     }
     let raw = t.sample_fd.as_ref().map_or(-1, |fd| fd.as_raw_fd());
-    // Enabled while the slot is still ours alone (SETUP): once it is READY
-    // a stop may close it, and these descriptors with it, at any moment.
-    // With no limit of overflows: it runs until the slot closes (see
-    // `events::set_sampling_period`), so a sample refused before the slot is
-    // ready loses only itself.
+    // Armed while the slot is still ours alone (SETUP): once it is READY a
+    // stop may close it, and these descriptors with it, at any moment.
+    // For one overflow (the random first period), after which the first
+    // sample takes the limit off (`events::sample_entered`); with a
+    // frequency, without a limit from here.
+    let entries = slot.entries.load(Ordering::SeqCst);
     t.cpu_at_register = sys::thread_cpu_ns_of(tid);
-    if let Err(e) = sys::perf_enable(raw) {
+    let arm = |raw| {
+        if event.freq {
+            sys::perf_enable(raw)
+        } else {
+            sys::perf_refresh(raw, 1)
+        }
+    };
+    if let Err(e) = arm(raw) {
         t.bp_fd = None;
         t.sample_fd = None;
         release(slot);
         return Err(RegisterError::Arm(e));
     }
+    t.sampling_unlimited = event.freq;
     // SeqCst: a thread registering itself checks `running` after this
     // store, and stop clears `running` before it reads the states, so
     // one of the two sees the other (see register_current_thread).
     slot.state.store(READY, Ordering::SeqCst);
+    if slot.entries.load(Ordering::SeqCst) != entries {
+        // A sample came before the slot was ready and was refused: its
+        // overflow used the limit, and nothing else can raise one. Armed
+        // again. Should a stop have closed the slot meanwhile, this fails
+        // on a closed descriptor, or at worst gives one extra sample to
+        // the event that reused its number.
+        let _ = arm(raw);
+    }
     tracer.threads_registered.fetch_add(1, Ordering::Relaxed);
     Ok(Some(slot))
 }
