@@ -44,11 +44,9 @@ macro_rules! for_each_counter {
             /// and no trace is begun.
             samples_in_trace: Count,
             /// Samples that fell due while the handler of the thread's last
-            /// sample ran (it lasted an eighth of a period or more), or
-            /// that a thread's short random first period raised again
-            /// before its first sample set the period: dropped as they
-            /// arrive, since they would begin where that one did; no trace
-            /// is begun.
+            /// sample ran (it lasted an eighth of a period or more):
+            /// dropped as they arrive, since they would begin where that
+            /// one did; no trace is begun.
             samples_in_handler: Count,
             /// Samples that found the thread at a breakpoint past its debug
             /// exception (RF set), where it will not fire: the stop's

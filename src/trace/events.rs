@@ -1,7 +1,8 @@
 //! The thread's two perf events, as the engines drive them: the hardware
 //! breakpoint (moved to the next stop, topped up, renewed) and the sampling
-//! event (enabled once, with no limit, its period lengthened to the
-//! watchdog's while a trace waits at a stop), and their attributes.
+//! event (limited to one overflow until the thread's first sample, then
+//! without a limit, its period lengthened to the watchdog's while a trace
+//! waits at a stop), and their attributes.
 //! Async-signal-safe: each is one or two ioctls, or a close and a
 //! perf_event_open.
 

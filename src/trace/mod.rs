@@ -223,7 +223,7 @@ pub struct ThreadTrace {
     /// The event opens with a random part of it as its first period, so
     /// that threads shorter than a period are sampled in proportion to
     /// their CPU time instead of never (each thread's event counts from
-    /// zero); the first sample sets it (see `events::set_sampling_period`).
+    /// zero); the first sample sets it (see `events::sample_entered`).
     pub period: u64,
     /// The sample period the sampling event counts now: the thread's
     /// first, then `period`, or the watchdog's while a trace waits at a
