@@ -144,3 +144,49 @@ fn every_mode_is_right_and_emulate_saves_stops_over_paper() {
         }
     }
 }
+
+/// A program that reads stack it never wrote, below the red zone at a
+/// sample (tests/programs/dead_stack.c), and branches on the sum: the
+/// sample's signal frame and its handler lie there. Verify mode's
+/// predictions made from the sample must not guess those bytes (they read
+/// the handler's stack, the thread reads what the handler left: about 690
+/// stops with other registers than predicted per run before), and emulate
+/// mode ends its segments before such a load, where the thread's exact
+/// state starts the next one.
+#[test]
+fn stack_under_a_signal_frame_is_never_guessed() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let dir = Scratch::new("dead-stack");
+    let binary = build(&clang, &dir.0, "dead_stack", &["dead_stack.c"], &[]);
+    let arg = "3000000";
+    let native = run_native(&binary, &[arg], &[]);
+    let verify = run_mode(&tracer, &binary, arg, &native, "verify", dir.path("verify"));
+    assert!(
+        counter(&verify.summary, "verify_checked") > 0,
+        "no prediction checked: {}",
+        verify.summary
+    );
+    let emulate = run_mode(
+        &tracer,
+        &binary,
+        arg,
+        &native,
+        "emulate",
+        dir.path("emulate"),
+    );
+    // Nearly every trace that starts in main's loop meets the loads.
+    assert!(
+        counter(&emulate.summary, "indeterminate_loads") > 0,
+        "no load of the stack under the sample's frame was refused: {}",
+        emulate.summary
+    );
+    assert_eq!(
+        counter(&emulate.summary, "speculation_mismatch_registers"),
+        0,
+        "{}",
+        emulate.summary
+    );
+}

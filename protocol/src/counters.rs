@@ -139,6 +139,14 @@ macro_rules! for_each_counter {
             /// process's shared decoded code, or its thread's own, missed;
             /// a miss in the shared code decodes the rest of its block).
             emulation_decodes: Count,
+            /// Emulate mode: loads the emulator refused because they needed
+            /// stack bytes below the red zone at the segment's start that
+            /// the segment had not stored: the kernel's signal frame lies
+            /// there, and the thread reads what the handler left. Each ends
+            /// the pass before its instruction; the next segment starts
+            /// there from the thread's exact state. (Verify mode's
+            /// predictions end so too, uncounted.)
+            indeterminate_loads: Count,
             /// Emulate mode: segments that completed the trace reading only
             /// memory no other thread can change (see `emulate::Segment::proven`), so
             /// exact with no checkpoint.

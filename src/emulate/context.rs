@@ -117,6 +117,14 @@ fn u64_at(area: *const u8, off: usize) -> u64 {
     unsafe { area.add(off).cast::<u64>().read_unaligned() }
 }
 
+/// Where the kernel's signal frame holding `uc` begins: x86-64's
+/// `rt_sigframe` is the restorer's address (where the handler's rsp points
+/// at entry), then the ucontext, the siginfo and the FPU state, up to the
+/// red zone of the interrupted rsp. The handler's own stack lies below.
+pub fn frame_start(uc: &libc::ucontext_t) -> u64 {
+    (uc as *const libc::ucontext_t as u64).wrapping_sub(8)
+}
+
 /// The thread's state at the signal. Async-signal-safe.
 ///
 /// `full` also reads the vector and mask registers (the emulator needs

@@ -45,6 +45,11 @@ pub enum AccessError {
     Fault(u64),
     /// The load log or the overlay is full.
     LogFull,
+    /// The load needs bytes of the qword at this address that lie in the
+    /// stack the program did not own at the last signal (see
+    /// [`LiveMemory::set_scratch`]) and that it has not stored since: the
+    /// CPU will read whatever the signal's frame left there.
+    Indeterminate(u64),
 }
 
 /// What the checkpoint found.
@@ -74,6 +79,9 @@ struct Stored {
     mask: u8,
     /// Its value at the seal is in the undo log.
     saved: bool,
+    /// Bytes of `mask` stored before a signal frame was written over them
+    /// (see [`LiveMemory::note_signal_frame`]), and not stored again.
+    stale: u8,
 }
 
 /// A stored qword as it was at the seal.
@@ -154,6 +162,15 @@ pub struct LiveMemory {
     seal_stores: usize,
     undo: [Undo; UNDO_ENTRIES],
     n_undo: usize,
+    /// Stack whose bytes the thread will not find as they are now
+    /// (`[start, end)`, empty when `start == end`): at the segment's start
+    /// (`scratch_start`, see [`LiveMemory::set_scratch`]), and grown by
+    /// the signal frames predicted since ([`LiveMemory::note_signal_frame`]).
+    scratch: (u64, u64),
+    scratch_start: (u64, u64),
+    /// The lowest qword stored since the last
+    /// [`LiveMemory::note_signal_frame`] (or the reset).
+    fresh_low: u64,
 }
 
 /// The address of entry `p` of a log whose first `n` entries are current;
@@ -201,6 +218,16 @@ fn low_bits(n: usize) -> u64 {
     }
 }
 
+/// The byte mask of the bytes of the qword at `q` that lie below `end`.
+#[inline]
+fn bytes_below(q: u64, end: u64) -> u8 {
+    match end.saturating_sub(q) {
+        0 => 0,
+        n if n >= 8 => 0xff,
+        n => (1u8 << n) - 1,
+    }
+}
+
 /// Spreads a byte mask to a bit mask: bit i of `mask` becomes byte i.
 /// Branch-free (each access runs it several times): the bits move apart
 /// in three steps, to every 32nd, 16th and 8th position, then each becomes
@@ -234,6 +261,54 @@ impl LiveMemory {
         self.sealed = false;
         self.soft = false;
         self.n_undo = 0;
+        self.fresh_low = u64::MAX;
+        self.scratch = self.scratch_start;
+    }
+
+    /// Marks `[start, end)` as stack that changes under the emulation:
+    /// the stack of the handler that runs it, below its signal frame and
+    /// the red zone of the interrupted rsp. The thread, once resumed, reads
+    /// there what the handler left. A program cannot rely on such bytes (a
+    /// signal may come at any time), but it may read them: a `pop` of
+    /// padding that `sub rsp` made, an uninitialised local. A load that
+    /// needs any of them, and that the segment did not store, is
+    /// [`AccessError::Indeterminate`]: the emulation stops before it
+    /// instead of guessing. Each [`LiveMemory::reset`] starts from this
+    /// range again.
+    pub fn set_scratch(&mut self, start: u64, end: u64) {
+        self.scratch = (start, end);
+        self.scratch_start = (start, end);
+    }
+
+    /// Another signal frame, written at a stop the emulation predicts,
+    /// below the red zone at that stop's rsp (`[start, end)`): those
+    /// bytes join the scratch stack, and what the segment stored there
+    /// before is indeterminate too until it stores it again.
+    pub fn note_signal_frame(&mut self, start: u64, end: u64) {
+        let (s, e) = self.scratch;
+        self.scratch = if s == e {
+            (start, end)
+        } else {
+            (s.min(start), e.max(end))
+        };
+        if self.fresh_low >= end {
+            return;
+        }
+        self.fresh_low = u64::MAX;
+        for st in &mut self.stores[..self.n_stores] {
+            if st.addr < end && st.addr.saturating_add(8) > start {
+                st.stale |= st.mask & bytes_below(st.addr, end) & !bytes_below(st.addr, start);
+            }
+        }
+    }
+
+    /// Whether the bytes `used` of the qword at `q` touch the scratch
+    /// stack.
+    #[inline(always)]
+    fn in_scratch(&self, q: u64, used: u8) -> bool {
+        let first = q + u64::from(used.trailing_zeros());
+        let last = q + 7 - u64::from(used.leading_zeros());
+        first < self.scratch.1 && last >= self.scratch.0
     }
 
     /// Marks the point the checkpoint will validate: the segment goes on
@@ -418,8 +493,14 @@ impl LiveMemory {
         mask: u8,
         log: bool,
     ) -> Result<(u64, bool), AccessError> {
-        let (ov_value, ov_mask) = self.stored(q).map_or((0, 0), |s| (s.value, s.mask));
+        let (ov_value, ov_mask, stale) = self
+            .stored(q)
+            .map_or((0, 0, 0), |s| (s.value, s.mask, s.stale));
         let from_real = mask & !ov_mask;
+        let unknown = from_real | (mask & stale);
+        if unknown != 0 && self.in_scratch(q, unknown) {
+            return Err(AccessError::Indeterminate(q));
+        }
         if from_real == 0 {
             // (Bytes outside the stored ones are 0: see `Stored::value`.)
             return Ok((ov_value, false));
@@ -582,6 +663,7 @@ impl LiveMemory {
             value: 0,
             mask: 0,
             saved: false,
+            stale: 0,
         };
         census!(crate::census::touch(
             &self.stores[self.n_stores],
@@ -604,6 +686,10 @@ impl LiveMemory {
             s.value = (s.value & !b) | (part & b);
         }
         s.mask |= mask;
+        s.stale &= !mask;
+        if s.addr < self.fresh_low {
+            self.fresh_low = s.addr;
+        }
         debug_assert_eq!(s.value & !bits(s.mask), 0);
     }
 
@@ -1003,6 +1089,84 @@ mod tests {
         assert_eq!(m.store(0x9_000, 1, 1), Err(AccessError::LogFull));
         // Stores to qwords already in the overlay still fit.
         m.store(0x10_000, 4, 9).unwrap();
+    }
+
+    #[test]
+    fn stack_under_a_signal_frame_is_read_only_where_the_segment_stored_it() {
+        let words: Vec<(u64, u64)> = (0..8).map(|i| (0x7000 + 8 * i, 0x5a)).collect();
+        let mem = Table::with(&words);
+        let mut m = LiveMemory::new();
+        // The sample's rsp was 0x7030: the frame lies below 0x7030 - 16
+        // (a red zone of 16 here), down to 0x7000.
+        m.set_scratch(0x7000, 0x7020);
+        assert_eq!(
+            m.load(&mem, 0x7008, 8),
+            Err(AccessError::Indeterminate(0x7008))
+        );
+        // The last byte under the frame, and a load that straddles its top.
+        assert_eq!(
+            m.load(&mem, 0x701f, 1),
+            Err(AccessError::Indeterminate(0x7018))
+        );
+        assert_eq!(
+            m.load(&mem, 0x701c, 8),
+            Err(AccessError::Indeterminate(0x7018))
+        );
+        // The red zone and above are the program's.
+        assert_eq!(m.load(&mem, 0x7020, 8), Ok(0x5a));
+        // What the segment stored there it reads back; a byte it did not
+        // store is still refused.
+        m.store(0x7008, 4, 0x1234).unwrap();
+        assert_eq!(m.load(&mem, 0x7008, 4), Ok(0x1234));
+        assert_eq!(
+            m.load(&mem, 0x7008, 8),
+            Err(AccessError::Indeterminate(0x7008))
+        );
+        // A reset starts a segment with the same frame below, and without
+        // the frames predicted since.
+        m.note_signal_frame(0x6000, 0x7100);
+        assert_eq!(
+            m.load(&mem, 0x7020, 8),
+            Err(AccessError::Indeterminate(0x7020))
+        );
+        m.reset();
+        assert_eq!(m.load(&mem, 0x7020, 8), Ok(0x5a));
+        assert_eq!(
+            m.load(&mem, 0x7008, 4),
+            Err(AccessError::Indeterminate(0x7008))
+        );
+    }
+
+    #[test]
+    fn a_later_signal_frame_makes_earlier_stores_under_it_indeterminate() {
+        let words: Vec<(u64, u64)> = (0..16).map(|i| (0x7000 + 8 * i, 0)).collect();
+        let mem = Table::with(&words);
+        let mut m = LiveMemory::new();
+        m.set_scratch(0x6000, 0x7000);
+        // A callee's locals, deeper than the sample's frame.
+        m.store(0x7040, 8, 1).unwrap();
+        m.store(0x7058, 8, 2).unwrap();
+        assert_eq!(m.load(&mem, 0x7040, 8), Ok(1));
+        // A stop with rsp 0x7070 after the callee returned: a frame below
+        // 0x7070 - 0x14 = 0x705c, over the first local and half the second.
+        m.note_signal_frame(0x6070, 0x705c);
+        assert_eq!(
+            m.load(&mem, 0x7040, 8),
+            Err(AccessError::Indeterminate(0x7040))
+        );
+        assert_eq!(
+            m.load(&mem, 0x7058, 4),
+            Err(AccessError::Indeterminate(0x7058))
+        );
+        assert_eq!(m.load(&mem, 0x705c, 4), Ok(0));
+        // Stored again after the stop, it is known again.
+        m.store(0x7040, 8, 3).unwrap();
+        assert_eq!(m.load(&mem, 0x7040, 8), Ok(3));
+        // The frames' ranges join: below the first one is refused still.
+        assert_eq!(
+            m.load(&mem, 0x6ff8, 8),
+            Err(AccessError::Indeterminate(0x6ff8))
+        );
     }
 
     #[test]

@@ -143,6 +143,10 @@ pub struct SpecMemory {
     step_reads: u32,
     step_stores: u32,
     step_value: u64,
+    /// Loads refused since the last [`Emulator::take_scratch_reads`]:
+    /// they needed stack bytes a signal frame lies over (see
+    /// `LiveMemory::set_scratch`).
+    scratch_reads: u64,
 }
 
 impl SpecMemory {
@@ -249,6 +253,10 @@ impl x86_sem::Memory for SpecMemory {
             .map_err(|e| match e {
                 AccessError::Fault(_) => MemError::Fault { addr, write: false },
                 AccessError::LogFull => MemError::Refused { addr },
+                AccessError::Indeterminate(_) => {
+                    self.scratch_reads += 1;
+                    MemError::Refused { addr }
+                }
             })?;
         self.step_reads += 1;
         self.step_value = value;
@@ -681,6 +689,7 @@ impl Emulator {
                 step_reads: 0,
                 step_stores: 0,
                 step_value: 0,
+                scratch_reads: 0,
             });
             addr_of_mut!((*p).start).write(INITIAL);
             addr_of_mut!((*p).start_rip).write(0);
@@ -914,7 +923,10 @@ impl Emulator {
     /// the decoded code of the current code mappings (see [`code`]), and
     /// clears what the signal frame's flags do not say (no flag is
     /// undefined at a stop; RF is the kernel's, not the program's).
-    fn begin(&mut self) {
+    ///
+    /// `frame` is where the signal frame the state was read from begins
+    /// (`context::frame_start`), when the caller knows it.
+    fn begin(&mut self, frame: Option<u64>) {
         self.code.enter(self.cpu.mem.exec.generation());
         // A module with rseq critical sections may read an rseq area of
         // its own, which the kernel writes; code generated at run time may
@@ -941,6 +953,19 @@ impl Emulator {
             }
         }
         self.settle_start();
+        let rsp = self.cpu.regs.gpr[4];
+        let (low, high) = (rsp.saturating_sub(DEAD_STACK), rsp.saturating_sub(RED_ZONE));
+        // Below the red zone lie the kernel's signal frame for this
+        // handler, which stays as the kernel wrote it until the thread
+        // resumes (no handler here writes its frame), and below the frame
+        // the handler's own stack, which changes under the emulation. A
+        // frame on another stack (sigaltstack) leaves this one alone.
+        let scratch = match frame {
+            None => (low, high),
+            Some(f) if f > low && f <= high => (low, f),
+            Some(_) => (0, 0),
+        };
+        self.cpu.mem.live.set_scratch(scratch.0, scratch.1);
     }
 
     /// The start's registers as a pass reads them: no flag unknown, and RF
@@ -964,7 +989,7 @@ impl Emulator {
             &self.start,
             crate::census::Part::State
         ));
-        self.run_with(sink, wanted, resumed, |e| e.cpu.regs = e.start)
+        self.run_with(sink, wanted, resumed, None, |e| e.cpu.regs = e.start)
     }
 
     /// [`Emulator::run`], from the state `context::read` made of `uc` in
@@ -980,7 +1005,8 @@ impl Emulator {
         resumed: bool,
         uc: &libc::ucontext_t,
     ) -> Outcome {
-        self.run_with(sink, wanted, resumed, |e| {
+        let frame = Some(context::frame_start(uc));
+        self.run_with(sink, wanted, resumed, frame, |e| {
             context::read(uc, &mut e.cpu.regs)
         })
     }
@@ -992,11 +1018,12 @@ impl Emulator {
         sink: &mut impl EntrySink,
         wanted: usize,
         resumed: bool,
+        frame: Option<u64>,
         restart: impl Fn(&mut Emulator),
     ) -> Outcome {
         self.resumed = resumed;
         self.trapped = (0, 0);
-        self.begin();
+        self.begin(frame);
         let outcome = self.run_entered(sink, wanted, restart);
         self.code.leave();
         if std::mem::take(&mut self.cpu.mem.unmapped_read) {
@@ -1317,12 +1344,7 @@ impl Emulator {
             let pc = self.cpu.regs.rip;
             if plan.split == Some(steps) && sealed.is_none() && rep_start.is_none() {
                 // The checkpoint's state: the tail from here is proven.
-                self.predicted = self.cpu.regs;
-                census!(crate::census::touch(
-                    &self.predicted,
-                    crate::census::Part::State
-                ));
-                self.cpu.mem.live.seal();
+                self.seal_checkpoint(false);
                 sealed = Some((pc, self.visits.count(pc), entries));
             }
             if steps == limit {
@@ -1429,12 +1451,7 @@ impl Emulator {
                 {
                     cut_scans += 1;
                     if self.visits.count(pc) == prior {
-                        self.predicted = self.cpu.regs;
-                        census!(crate::census::touch(
-                            &self.predicted,
-                            crate::census::Part::State
-                        ));
-                        self.cpu.mem.live.seal_soft();
+                        self.seal_checkpoint(true);
                         cut = Some((pc, steps, entries));
                     }
                 }
@@ -1566,12 +1583,7 @@ impl Emulator {
                                 // The search for a fresh address goes on
                                 // from here; if it fails, the checkpoint
                                 // comes back here, with the logs as now.
-                                self.predicted = self.cpu.regs;
-                                census!(crate::census::touch(
-                                    &self.predicted,
-                                    crate::census::Part::State
-                                ));
-                                self.cpu.mem.live.seal();
+                                self.seal_checkpoint(false);
                                 nth_sealed = true;
                                 cut = None;
                             }
@@ -1634,6 +1646,27 @@ impl Emulator {
         result
     }
 
+    /// Takes the state now as the checkpoint's prediction and seals the
+    /// logs there (softly: see `LiveMemory::seal_soft`). The thread will
+    /// stop here, its signal frame below this red zone: what the segment
+    /// stored there, in callees that have returned, is the program's no
+    /// longer, and the emulation past the checkpoint does not read it.
+    fn seal_checkpoint(&mut self, soft: bool) {
+        self.predicted = self.cpu.regs;
+        census!(crate::census::touch(
+            &self.predicted,
+            crate::census::Part::State
+        ));
+        let live = &mut self.cpu.mem.live;
+        if soft {
+            live.seal_soft();
+        } else {
+            live.seal();
+        }
+        let rsp = self.cpu.regs.gpr[4];
+        live.note_signal_frame(rsp.saturating_sub(DEAD_STACK), rsp.saturating_sub(RED_ZONE));
+    }
+
     /// Whether the real reads the step at `pc` made (rsp and rbp as before
     /// it) were only the stack slot a pop, ret or leave reads (see
     /// `Segment::proven`).
@@ -1692,6 +1725,14 @@ impl Emulator {
     /// record of them), and the time decoding them took, for the counters.
     pub fn take_decodes(&mut self) -> (u64, u64) {
         self.code.take_decodes()
+    }
+
+    /// Loads refused since the last call because they needed stack bytes
+    /// under a signal frame (see `LiveMemory::set_scratch`): each ended a
+    /// pass before its instruction, where the next segment starts from the
+    /// thread's exact state.
+    pub fn take_scratch_reads(&mut self) -> u64 {
+        std::mem::take(&mut self.cpu.mem.scratch_reads)
     }
 
     /// Steps emulated since the last call, in every pass, and the passes:

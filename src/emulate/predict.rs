@@ -11,9 +11,10 @@ impl Emulator {
     /// writes every control transfer the emulation makes (taken or not),
     /// with the registers just before it, into `out`, until the emulation
     /// stops, the budget is spent or `out` is full. Nothing is recorded in
-    /// a trace: the caller checks each prediction at a real stop.
-    pub fn predict(&mut self, out: &mut Predictions) {
-        self.begin();
+    /// a trace: the caller checks each prediction at a real stop. The
+    /// state was read from the signal context `uc`.
+    pub fn predict(&mut self, out: &mut Predictions, uc: &libc::ucontext_t) {
+        self.begin(Some(super::context::frame_start(uc)));
         self.predict_entered(out);
         self.code.leave();
     }
@@ -29,6 +30,13 @@ impl Emulator {
             let before = Prediction::before(&self.cpu.regs);
             match x86_sem::step(&mut self.cpu, table, &mut self.code) {
                 Ok(r) if r.kind != BranchKind::None => {
+                    // The walk may stop the thread here: a signal frame
+                    // below this red zone, over what the program left.
+                    let rsp = before.registers.gpr[4];
+                    self.cpu.mem.live.note_signal_frame(
+                        rsp.saturating_sub(super::DEAD_STACK),
+                        rsp.saturating_sub(super::RED_ZONE),
+                    );
                     out.items[out.len] = Prediction {
                         next: r.next_rip,
                         taken: r.taken,

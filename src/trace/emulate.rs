@@ -87,6 +87,7 @@ fn run_counted(
     let outcome = emu.run_from(sink, wanted, resumed, uc.raw());
     let (decodes, decode_ns) = emu.take_decodes();
     Counters::add(&c.emulation_decodes, decodes);
+    Counters::add(&c.indeterminate_loads, emu.take_scratch_reads());
     Counters::add(&c.decode_ns, decode_ns);
     let (steps, passes) = emu.take_steps_run();
     Counters::add(&c.emulated_steps_run, steps);

@@ -21,7 +21,7 @@ pub(super) struct Verify;
 fn predict(t: &mut ThreadTrace, uc: &Ucontext) {
     if let (Some(emu), Some(preds)) = (t.emu.as_mut(), t.predictions.as_mut()) {
         context::read(uc.raw(), emu.state_mut());
-        emu.predict(preds);
+        emu.predict(preds, uc.raw());
     }
 }
 
