@@ -11,7 +11,8 @@
 //! ARCHITECTURE.md):
 //!
 //! - `sys` (the only syscalls, ioctls and sigaction; fault-safe loads),
-//!   `sync` (spin locks a fork child can reset, the fork guard), `panic`
+//!   `sync` (spin locks a fork child can reset, the fork guard), `alloc`
+//!   (the library's own heap, apart from the C library's malloc), `panic`
 //!   (the library never unwinds into its host), `host` (what it met of
 //!   its host: process-wide counters), `quiet` (one application thread
 //!   and no asynchronous signal handler);
@@ -41,6 +42,7 @@ macro_rules! census {
 }
 
 pub mod aggregate;
+pub mod alloc;
 pub mod buffer;
 #[cfg(feature = "census")]
 pub mod census;

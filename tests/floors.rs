@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 const FLOORS: &[(&str, u32)] = &[
     ("sys", 0),
     ("sync", 0),
+    ("alloc", 0),
     ("panic", 0),
     ("host", 0),
     ("quiet", 0),

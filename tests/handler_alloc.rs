@@ -1,48 +1,16 @@
-//! The handler path allocates nothing: a counting global allocator records
-//! every allocation made on the traced thread while a real session samples
-//! it and real breakpoints stop it. The thread itself runs a loop that does
-//! not allocate, so any allocation counted came from a handler.
+//! The handler path allocates nothing: every allocation made on the traced
+//! thread while a real session samples it and real breakpoints stop it is
+//! counted, by the library's own heap (`breakdance::alloc`, the global
+//! allocator of every program that links the library). The thread itself
+//! runs a loop that does not allocate, so any allocation counted came from
+//! a handler.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
+use breakdance::alloc;
 use breakdance::control::config::Options;
 use breakdance::control::session;
 use breakdance::sys;
-
-struct Counting;
-
-static WATCHED_TID: AtomicI32 = AtomicI32::new(0);
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-fn note() {
-    let watched = WATCHED_TID.load(Ordering::Relaxed);
-    if watched != 0 && sys::gettid() == watched {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: forwards to the system allocator, only counting.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 /// Branchy work the compiler cannot fold: a jcc per iteration, calls
 /// through a table, returns.
@@ -88,8 +56,7 @@ fn allocations_in(mode: &str, more: &str) -> u64 {
     }
     let tracer = breakdance::trace::tracer().expect("a tracer after start");
     let before = tracer.totals();
-    ALLOCATIONS.store(0, Ordering::SeqCst);
-    WATCHED_TID.store(sys::gettid(), Ordering::SeqCst);
+    alloc::watch_thread(sys::gettid());
     let mut acc = 0;
     // Run until enough real stops happened: bounded by the work done, not
     // by time, so that a slow or loaded machine just takes longer, and a
@@ -106,7 +73,8 @@ fn allocations_in(mode: &str, more: &str) -> u64 {
             break;
         }
     }
-    WATCHED_TID.store(0, Ordering::SeqCst);
+    let n = alloc::watched_allocations();
+    alloc::watch_thread(0);
     black_box(acc);
     let after = tracer.totals();
     let summary = session::stop().expect("stop writes the profile");
@@ -132,7 +100,6 @@ fn allocations_in(mode: &str, more: &str) -> u64 {
             "{mode} {more}: only {stacks} call stacks taken"
         );
     }
-    let n = ALLOCATIONS.load(Ordering::SeqCst);
     eprintln!(
         "{mode}: {samples} samples, {breakpoints} breakpoints, {segments} segments, {n} allocations"
     );

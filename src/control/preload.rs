@@ -146,11 +146,15 @@ extern "C" fn at_exit() {
     }
 }
 
+/// The guard first, then the heap: a holder of the guard may allocate,
+/// and the heap's holders never take the guard.
 extern "C" fn before_fork() {
     crate::sync::before_fork();
+    crate::alloc::before_fork();
 }
 
 extern "C" fn after_fork_in_parent() {
+    crate::alloc::after_fork();
     crate::sync::after_fork_in_parent();
 }
 
@@ -158,6 +162,7 @@ extern "C" fn after_fork_in_parent() {
 /// library's copies of the parent's descriptors, start nothing (see the
 /// module doc).
 extern "C" fn after_fork_in_child() {
+    crate::alloc::after_fork();
     crate::quiet::reset_after_fork();
     session::reset_after_fork();
     terminate::reset_after_fork();
