@@ -252,6 +252,56 @@ pub unsafe fn zeroed_static_slice<T>(n: usize, align: usize) -> &'static [T] {
     }
 }
 
+/// `len` bytes of fresh zero pages in an anonymous private mapping of
+/// their own; null when the kernel refuses. The library's heap takes its
+/// large blocks so (`crate::alloc`): they are zero without a write, and
+/// their pages are touched only as they are used.
+pub fn map_pages(len: usize) -> *mut u8 {
+    // SAFETY: an anonymous mapping at an address the kernel picks; it
+    // aliases nothing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// Resizes a mapping made by [`map_pages`], moving it when it must (its
+/// contents go with it; new pages are zero). Null when the kernel refuses,
+/// the old mapping then unchanged.
+///
+/// # Safety
+/// `p` and `old_len` must be a whole mapping from [`map_pages`] (or a
+/// resize of one) that nothing refers to past this call but the result.
+pub unsafe fn remap_pages(p: *mut u8, old_len: usize, new_len: usize) -> *mut u8 {
+    // SAFETY: the caller owns the whole mapping.
+    let q = unsafe { libc::mremap(p.cast(), old_len, new_len, libc::MREMAP_MAYMOVE) };
+    if q == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        q.cast()
+    }
+}
+
+/// Unmaps a mapping made by [`map_pages`].
+///
+/// # Safety
+/// As for [`remap_pages`]: nothing refers to it afterwards.
+pub unsafe fn unmap_pages(p: *mut u8, len: usize) {
+    // SAFETY: the caller owns the whole mapping.
+    unsafe { libc::munmap(p.cast(), len) };
+}
+
 /// Monotonic time in nanoseconds. Async-signal-safe.
 pub fn now_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
