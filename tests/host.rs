@@ -274,6 +274,71 @@ fn siglongjmp_out_of_sigalrm_keeps_sampling_and_stopping() {
     assert_sampling_went_on("sigalrm_longjmp", &rec, period, cpu_ms);
 }
 
+/// A SIGPROF handler installed with every signal masked: SIGTRAP is
+/// blocked while it runs. It works past a sampling period first, so a
+/// sample's SIGTRAP waits blocked, then runs the main loop's function
+/// where the tracer's breakpoint waits. Those hits' SIGTRAPs merge into
+/// the waiting one, and the handler that takes the sample never learned
+/// that the breakpoint event spent them: the library's count of the
+/// event's limit went wrong, the event was enabled again with no limit
+/// left, and at the next masked run it trapped at every pass of the loop
+/// (a debug exception each, about 15 µs), the handler outlasted the
+/// timer's period and the program never got out of it. paper and verify
+/// hung in every run before; a late sample now renews an armed breakpoint
+/// (`breakpoints_renewed`). Every mode runs to its end, as natively.
+#[test]
+fn a_handler_that_masks_sigtrap_over_the_breakpoint_does_not_hang() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("masked-handler");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "masked_handler",
+        &["masked_handler.c"],
+        &[],
+    );
+    let cpu_ms = 500;
+    let args = [cpu_ms.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let native = native(&scratch, &program, &args);
+    assert!(
+        text(&native.output.stdout).contains("alarms: yes"),
+        "native: {:?}",
+        native.output
+    );
+    let period = 1_000_000;
+    for mode in ["paper", "verify", "emulate"] {
+        let out = scratch.path(mode);
+        let profiled = record_bounded_with(
+            &tracer,
+            &scratch,
+            &out,
+            Some(period),
+            &["--lookahead", mode],
+            &program,
+            &args,
+        );
+        let name = format!("masked_handler {mode}");
+        assert_same_behaviour(&name, &native.output, &profiled.output);
+        let rec = load(&out);
+        check_summary(&rec);
+        assert_valid_traces(&name, &rec);
+        assert_sampling_went_on(&name, &rec, period, cpu_ms);
+        if mode != "emulate" {
+            // Evidence that the case was met: breakpoints armed where the
+            // masked handler passed them.
+            assert!(
+                counter(&rec.summary, "breakpoints_renewed") > 0,
+                "{name}: no breakpoint was hit with SIGTRAP blocked: {}",
+                rec.summary
+            );
+        }
+    }
+}
+
 /// Forty phases, each left for good by a siglongjmp from SIGPROF: a trace
 /// waiting at a breakpoint in a phase that ended waits for a branch the
 /// thread never runs again. In every look-ahead mode the tracer gives such

@@ -85,7 +85,12 @@ const BREAKPOINT_HIT_BUDGET: u32 = 8;
 /// last of the limit: on this kernel a hardware breakpoint event that its
 /// limit stopped never fires again (measured; sampling events restart), so
 /// the limit is topped up while two are left, and a hit delivered late
-/// (when the count is unknown) replaces the event ([`renew_breakpoint`]).
+/// (when the count is unknown) replaces the event ([`renew_breakpoint`]),
+/// as does a sample delivered late with the breakpoint armed: hits meanwhile
+/// merged into its SIGTRAP. A count left too high is worse than a dead
+/// event: enabled again with its limit spent, the event has no limit at
+/// all, and traps at every pass while SIGTRAP stays blocked
+/// (ARCHITECTURE.md, "A breakpoint hit can merge into a waiting sample").
 pub(super) fn arm_breakpoint(t: &mut ThreadTrace, addr: u64) -> bool {
     let Some(fd) = t.bp_fd.as_ref().map(|f| f.as_raw_fd()) else {
         return false;

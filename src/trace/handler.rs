@@ -65,8 +65,16 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                     let began = sys::raw::clock_ns();
                     let engine = engine_of(tracer.lookahead());
                     let c = &slot.counters;
+                    let late = sys::siginfo_perf_flags(si) & sys::TRAP_PERF_FLAG_ASYNC != 0;
                     if tag == SAMPLE_TAG {
                         sample_entered(t);
+                        if late && t.bp_armed {
+                            // Raised while the thread blocked SIGTRAP, with
+                            // the breakpoint armed: hits meanwhile merged
+                            // into this signal (SIGTRAP is not queued), and
+                            // what is left of the event's limit is unknown.
+                            renew_breakpoint(slot, t);
+                        }
                     }
                     let as_sample = tag == SAMPLE_TAG && !is_merged_stop(t, uc);
                     if as_sample && t.skip_sample {
@@ -90,7 +98,6 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
                         }
                         engine.on_sample(tracer, slot, t, uc);
                     } else {
-                        let late = sys::siginfo_perf_flags(si) & sys::TRAP_PERF_FLAG_ASYNC != 0;
                         if late {
                             // Hit while the thread blocked SIGTRAP: how many
                             // times is unknown, maybe up to the limit.
