@@ -339,6 +339,63 @@ fn a_handler_that_masks_sigtrap_over_the_breakpoint_does_not_hang() {
     }
 }
 
+/// A program that blocks SIGTRAP, raises it at itself and unblocks it
+/// (`blocked_raise.c`, 30,000 times, its handler counting) gets every one:
+/// a SIGTRAP of the tracer's raised just before the program's made the
+/// kernel drop the program's (SIGTRAP is not queued), 20 to 60 in a run at
+/// 200 µs; the `raise` interposer now notes the program's as owed and the
+/// handler delivers it after ours (`host.application_sigtraps_delivered`).
+/// Up to twelve runs, each checked, until one met the case: in some runs the
+/// thread's first sample merges into the program's SIGTRAP and sampling
+/// never starts (results/signals, found and not fixed), and then nothing
+/// of ours can come first.
+#[test]
+fn a_program_gets_every_sigtrap_it_raises_while_blocking_it() {
+    let tracer = tracer();
+    let Some(clang) = tool("clang-19") else {
+        return;
+    };
+    let scratch = Scratch::new("blocked-raise");
+    let program = build(
+        &clang,
+        &scratch.0,
+        "blocked_raise",
+        &["blocked_raise.c"],
+        &[],
+    );
+    let args = ["30000"];
+    let native = native(&scratch, &program, &args);
+    assert!(
+        text(&native.output.stdout).contains("30000 traps"),
+        "native: {:?}",
+        native.output
+    );
+    let mut met = false;
+    for run in 0..12 {
+        let out = scratch.path(&format!("run{run}"));
+        let profiled = record_bounded_with(
+            &tracer,
+            &scratch,
+            &out,
+            Some(200_000),
+            &["--lookahead", "emulate"],
+            &program,
+            &args,
+        );
+        assert_same_behaviour("blocked_raise", &native.output, &profiled.output);
+        let rec = load(&out);
+        assert_valid_traces("blocked_raise", &rec);
+        if counter(&rec.summary, "host.application_sigtraps_delivered") > 0 {
+            met = true;
+            break;
+        }
+    }
+    assert!(
+        met,
+        "in 12 runs no SIGTRAP of the program's was dropped for one of ours"
+    );
+}
+
 /// Forty phases, each left for good by a siglongjmp from SIGPROF: a trace
 /// waiting at a breakpoint in a phase that ended waits for a branch the
 /// thread never runs again. In every look-ahead mode the tracer gives such

@@ -470,6 +470,10 @@ macro_rules! for_each_host_counter {
             /// Such SIGTRAPs that the kernel refused to take back (the
             /// sample or stop was lost).
             sigtraps_lost: process,
+            /// SIGTRAPs the application raised at itself while it blocked
+            /// SIGTRAP, which the kernel dropped because one of ours
+            /// already waited: delivered to the application after ours.
+            application_sigtraps_delivered: process,
             /// Breakpoint events replaced after a hit delivered late (the
             /// thread had SIGTRAP blocked) or an abandoned handler.
             breakpoints_renewed: thread,

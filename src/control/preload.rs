@@ -192,6 +192,8 @@ extern "C" fn init() {
     // whatever context the application calls it.
     real_pthread_create();
     real_signal();
+    real_raise();
+    real_pthread_kill();
     thread_exit_key();
     sys::at_fork(before_fork, after_fork_in_parent, after_fork_in_child);
     sys::at_exit(at_exit);
@@ -320,6 +322,57 @@ pub unsafe extern "C" fn pthread_create(
         drop(unsafe { Box::from_raw(start) });
     }
     ret
+}
+
+type RealRaise = unsafe extern "C" fn(i32) -> i32;
+type RealPthreadKill = unsafe extern "C" fn(libc::pthread_t, i32) -> i32;
+
+fn real_raise() -> RealRaise {
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let sym = *REAL.get_or_init(|| next_symbol(c"raise") as usize);
+    // SAFETY: the symbol is libc's raise.
+    unsafe { std::mem::transmute::<usize, RealRaise>(sym) }
+}
+
+fn real_pthread_kill() -> RealPthreadKill {
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let sym = *REAL.get_or_init(|| next_symbol(c"pthread_kill") as usize);
+    // SAFETY: the symbol is libc's pthread_kill.
+    unsafe { std::mem::transmute::<usize, RealPthreadKill>(sym) }
+}
+
+/// Interposed raise: a SIGTRAP the application raises at itself is noted
+/// as owed to the thread (`handler::application_sigtrap_raised`), since
+/// one of the tracer's raised just before would make the kernel drop it.
+/// Async-signal-safe, as raise is: an atomic store.
+///
+/// # Safety
+/// As raise(3).
+#[no_mangle]
+pub unsafe extern "C" fn raise(sig: i32) -> i32 {
+    if sig == libc::SIGTRAP && session::session_running() {
+        crate::trace::handler::application_sigtrap_raised();
+    }
+    // SAFETY: forwarded contract.
+    unsafe { real_raise()(sig) }
+}
+
+/// Interposed pthread_kill: as `raise`, for a SIGTRAP the calling thread
+/// sends itself.
+///
+/// # Safety
+/// As pthread_kill(3).
+#[no_mangle]
+pub unsafe extern "C" fn pthread_kill(thread: libc::pthread_t, sig: i32) -> i32 {
+    // SAFETY: pthread_self cannot fail.
+    if sig == libc::SIGTRAP
+        && session::session_running()
+        && thread == unsafe { libc::pthread_self() }
+    {
+        crate::trace::handler::application_sigtrap_raised();
+    }
+    // SAFETY: forwarded contract.
+    unsafe { real_pthread_kill()(thread, sig) }
 }
 
 /// Interposed sigaction: the actions of the signals the tracer handles

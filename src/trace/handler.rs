@@ -49,11 +49,66 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
     if si.si_code != sys::TRAP_PERF || (tag != SAMPLE_TAG && tag != BREAKPOINT_TAG) {
         // SAFETY: the ucontext is the kernel's for this delivery.
         if !is_stray_debug_trap(si, unsafe { Ucontext::of(ctx) }) {
+            take_owed_sigtrap();
             chain::forward(sig, info, ctx);
         }
         return;
     }
-    // Ours. Without a tracer or a ready slot this is a late signal of a
+    // Ours. When the application raised a SIGTRAP of its own that has
+    // not come, it was dropped for this one: it is delivered after.
+    let owed = take_owed_sigtrap();
+    on_our_sigtrap(si, tag, ctx);
+    if owed {
+        deliver_owed_sigtrap(ctx);
+    }
+}
+
+/// The application raises SIGTRAP at the calling thread (the `raise` and
+/// `pthread_kill` interposers, before the C library's). SIGTRAP is not
+/// queued: where the application blocks SIGTRAP, a SIGTRAP of ours raised
+/// before the application's reaches the kernel's queue (perf raises it at
+/// the thread's next return to user space, and the system calls of the
+/// application's blocking and of `raise` are such returns) makes the
+/// kernel drop the application's (results/signals). So the thread's slot
+/// notes that one is owed; the first SIGTRAP the thread then takes is the
+/// application's, which clears the note as it is passed on, or ours,
+/// after which the application's is delivered as the kernel would have
+/// ([`deliver_owed_sigtrap`]). Several raised before one comes make one,
+/// as they merge without us. Async-signal-safe (an atomic store).
+pub fn application_sigtrap_raised() {
+    if let Some(slot) = super::tracer().and_then(|tracer| tracer.slot_of(sys::gettid())) {
+        slot.sigtrap_owed.store(true, Ordering::Release);
+    }
+}
+
+/// Whether the application's SIGTRAP was owed to this thread; clears it.
+fn take_owed_sigtrap() -> bool {
+    super::tracer()
+        .and_then(|tracer| tracer.slot_of(sys::gettid()))
+        .is_some_and(|slot| slot.sigtrap_owed.swap(false, Ordering::AcqRel))
+}
+
+/// Delivers the application's SIGTRAP that ours made the kernel drop, as
+/// `raise` sends it (SI_TKILL, this process and user), to its action.
+fn deliver_owed_sigtrap(ctx: *mut c_void) {
+    // SAFETY: plain data; zero is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    info.si_signo = libc::SIGTRAP;
+    info.si_code = libc::SI_TKILL;
+    // SAFETY: the kernel's layout of a kill's siginfo on x86-64: si_pid
+    // at byte 16 and si_uid at byte 20, inside the 128-byte siginfo.
+    unsafe {
+        let base = (&mut info as *mut libc::siginfo_t).cast::<u8>();
+        base.add(16).cast::<i32>().write(sys::getpid());
+        base.add(20).cast::<u32>().write(sys::getuid());
+    }
+    crate::host::bump(&crate::host::HOST.application_sigtraps_delivered);
+    chain::forward(libc::SIGTRAP, &mut info, ctx);
+}
+
+/// A SIGTRAP of ours: a sample or a breakpoint stop.
+fn on_our_sigtrap(si: &libc::siginfo_t, tag: u64, ctx: *mut c_void) {
+    // Without a tracer or a ready slot this is a late signal of a
     // stopped session or a closing thread: nothing to do.
     if let Some(tracer) = super::tracer() {
         if let Some(slot) = tracer.slot_of(sys::gettid()) {

@@ -346,6 +346,10 @@ pub struct ThreadSlot {
     /// registration tells by it whether a sample came, and was refused,
     /// before the slot was ready (`threads::register`).
     entries: AtomicU32,
+    /// The application raised SIGTRAP at this thread, and no SIGTRAP of
+    /// the application's has been delivered since
+    /// (`handler::application_sigtrap_raised`).
+    pub(crate) sigtrap_owed: AtomicBool,
 }
 
 // SAFETY: `inner` is only touched by the holder of the slot, as the state
@@ -366,6 +370,7 @@ impl ThreadSlot {
             inner: UnsafeCell::new(MaybeUninit::new(ThreadTrace::empty())),
             counters: Counters::default(),
             entries: AtomicU32::new(0),
+            sigtrap_owed: AtomicBool::new(false),
         }
     }
 
@@ -634,6 +639,7 @@ impl Tracer {
                         unsafe { (*slot.inner.get()).write(ThreadTrace::empty()) };
                     }
                     slot.counters.reset();
+                    slot.sigtrap_owed.store(false, Ordering::Relaxed);
                     slot.tid.store(tid, Ordering::Release);
                     return Ok(slot);
                 }
