@@ -340,15 +340,18 @@ fn a_handler_that_masks_sigtrap_over_the_breakpoint_does_not_hang() {
 }
 
 /// A program that blocks SIGTRAP, raises it at itself and unblocks it
-/// (`blocked_raise.c`, 30,000 times, its handler counting) gets every one:
-/// a SIGTRAP of the tracer's raised just before the program's made the
-/// kernel drop the program's (SIGTRAP is not queued), 20 to 60 in a run at
-/// 200 µs; the `raise` interposer now notes the program's as owed and the
-/// handler delivers it after ours (`host.application_sigtraps_delivered`).
-/// Up to twelve runs, each checked, until one met the case: in some runs the
-/// thread's first sample merges into the program's SIGTRAP and sampling
-/// never starts (results/signals, found and not fixed), and then nothing
-/// of ours can come first.
+/// (`blocked_raise.c`, 30,000 times, its handler counting) gets every one,
+/// and is sampled. SIGTRAP is not queued: a SIGTRAP of the tracer's raised
+/// just before the program's made the kernel drop the program's (20 to 60
+/// in a run at 200 µs); the `raise` interposer now notes the program's as
+/// owed and the handler delivers it after ours
+/// (`host.application_sigtraps_delivered`). And a thread's first sample
+/// that merged into the program's waiting SIGTRAP left the thread
+/// unsampled for the whole run in about half the runs (`check_summary`
+/// fails on sampling off more than half the time); its event is now
+/// started when the program's SIGTRAP is passed on
+/// (`host.first_samples_revived`). Up to three runs, each checked, until
+/// one met the first case.
 #[test]
 fn a_program_gets_every_sigtrap_it_raises_while_blocking_it() {
     let tracer = tracer();
@@ -371,7 +374,7 @@ fn a_program_gets_every_sigtrap_it_raises_while_blocking_it() {
         native.output
     );
     let mut met = false;
-    for run in 0..12 {
+    for run in 0..3 {
         let out = scratch.path(&format!("run{run}"));
         let profiled = record_bounded_with(
             &tracer,
@@ -384,6 +387,7 @@ fn a_program_gets_every_sigtrap_it_raises_while_blocking_it() {
         );
         assert_same_behaviour("blocked_raise", &native.output, &profiled.output);
         let rec = load(&out);
+        check_summary(&rec);
         assert_valid_traces("blocked_raise", &rec);
         if counter(&rec.summary, "host.application_sigtraps_delivered") > 0 {
             met = true;
@@ -392,7 +396,7 @@ fn a_program_gets_every_sigtrap_it_raises_while_blocking_it() {
     }
     assert!(
         met,
-        "in 12 runs no SIGTRAP of the program's was dropped for one of ours"
+        "in 3 runs no SIGTRAP of the program's was dropped for one of ours"
     );
 }
 

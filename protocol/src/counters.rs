@@ -197,6 +197,9 @@ macro_rules! for_each_counter {
             /// Breakpoint events replaced after a late hit or an abandoned
             /// handler.
             breakpoints_renewed: Count,
+            /// First samples that merged into an application's SIGTRAP,
+            /// their event started as the sample would have started it.
+            first_samples_revived: Count,
             /// Debug exceptions at the tracer's breakpoint the kernel could
             /// not attribute, dropped instead of passed to the application.
             stray_debug_traps: Count,
@@ -477,6 +480,10 @@ macro_rules! for_each_host_counter {
             /// Breakpoint events replaced after a hit delivered late (the
             /// thread had SIGTRAP blocked) or an abandoned handler.
             breakpoints_renewed: thread,
+            /// Threads' first samples that merged into an application's
+            /// SIGTRAP waiting blocked, their event started as the sample
+            /// would have started it.
+            first_samples_revived: thread,
             /// Debug exceptions at the tracer's breakpoint that the kernel
             /// could not attribute, dropped instead of passed to the
             /// application.

@@ -50,6 +50,7 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
         // SAFETY: the ucontext is the kernel's for this delivery.
         if !is_stray_debug_trap(si, unsafe { Ucontext::of(ctx) }) {
             take_owed_sigtrap();
+            revive_first_sample();
             chain::forward(sig, info, ctx);
         }
         return;
@@ -79,6 +80,37 @@ pub fn application_sigtrap_raised() {
     if let Some(slot) = super::tracer().and_then(|tracer| tracer.slot_of(sys::gettid())) {
         slot.sigtrap_owed.store(true, Ordering::Release);
     }
+}
+
+/// A SIGTRAP of the application's is being passed on. A thread's first
+/// sample comes from an event that stops itself at its one overflow
+/// (`events::sample_entered`); raised while the application's SIGTRAP
+/// waited, it merged into it (SIGTRAP is not queued), and the thread
+/// would never be sampled. So while the thread is in its first period,
+/// an event whose enabled time no longer moves has spent its overflow
+/// unseen: it is started as the first sample would have started it.
+/// Async-signal-safe (reads and ioctls of the thread's own event).
+fn revive_first_sample() {
+    let Some(slot) = super::tracer().and_then(|tracer| tracer.slot_of(sys::gettid())) else {
+        return;
+    };
+    if slot.enter() != Entry::Held {
+        return;
+    }
+    // SAFETY: enter() made this handler the slot's holder.
+    let t = unsafe { slot.inner() };
+    if !t.sampling_unlimited {
+        let fd = t.sample_fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        let stopped = fd.is_some_and(|fd| {
+            let first = sys::perf_time_enabled(fd);
+            first.is_some() && sys::perf_time_enabled(fd) == first
+        });
+        if stopped {
+            sample_entered(t);
+            Counters::bump(&slot.counters.first_samples_revived);
+        }
+    }
+    slot.leave();
 }
 
 /// Whether the application's SIGTRAP was owed to this thread; clears it.
