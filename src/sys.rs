@@ -192,6 +192,24 @@ pub fn perf_time_enabled(fd: RawFd) -> Option<u64> {
     (n == 16).then_some(v[1])
 }
 
+/// Whether SIGTRAP is blocked on the calling thread. Async-signal-safe
+/// (a raw rt_sigprocmask that only reads the mask).
+pub fn sigtrap_blocked() -> bool {
+    let mut old = 0u64;
+    // SAFETY: with no new set, rt_sigprocmask only writes the current
+    // mask (8 bytes) into `old`.
+    let ret = unsafe {
+        raw::syscall4(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK as u64,
+            0,
+            &mut old as *mut u64 as u64,
+            8,
+        )
+    };
+    ret == 0 && old & (1 << (libc::SIGTRAP - 1)) != 0
+}
+
 /// Whether a SIGTRAP waits for the calling thread (blocked, as in one of
 /// its handlers). Async-signal-safe (a raw syscall: see `raw`).
 pub fn sigtrap_pending() -> bool {

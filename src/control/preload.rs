@@ -341,17 +341,18 @@ fn real_pthread_kill() -> RealPthreadKill {
     unsafe { std::mem::transmute::<usize, RealPthreadKill>(sym) }
 }
 
-/// Interposed raise: a SIGTRAP the application raises at itself is noted
-/// as owed to the thread (`handler::application_sigtrap_raised`), since
-/// one of the tracer's raised just before would make the kernel drop it.
-/// Async-signal-safe, as raise is: an atomic store.
+/// Interposed raise: a SIGTRAP the application raises at itself could be
+/// dropped by the kernel for one of the tracer's raised just before
+/// (`handler::raise_sigtrap` sends it, or notes it as owed).
+/// Async-signal-safe, as raise is: system calls and atomics only.
 ///
 /// # Safety
 /// As raise(3).
 #[no_mangle]
 pub unsafe extern "C" fn raise(sig: i32) -> i32 {
-    if sig == libc::SIGTRAP && session::session_running() {
-        crate::trace::handler::application_sigtrap_raised();
+    if sig == libc::SIGTRAP && session::session_running() && crate::trace::handler::raise_sigtrap()
+    {
+        return 0;
     }
     // SAFETY: forwarded contract.
     unsafe { real_raise()(sig) }
@@ -368,8 +369,9 @@ pub unsafe extern "C" fn pthread_kill(thread: libc::pthread_t, sig: i32) -> i32 
     if sig == libc::SIGTRAP
         && session::session_running()
         && thread == unsafe { libc::pthread_self() }
+        && crate::trace::handler::raise_sigtrap()
     {
-        crate::trace::handler::application_sigtrap_raised();
+        return 0;
     }
     // SAFETY: forwarded contract.
     unsafe { real_pthread_kill()(thread, sig) }

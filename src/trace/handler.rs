@@ -65,20 +65,36 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
 }
 
 /// The application raises SIGTRAP at the calling thread (the `raise` and
-/// `pthread_kill` interposers, before the C library's). SIGTRAP is not
-/// queued: where the application blocks SIGTRAP, a SIGTRAP of ours raised
-/// before the application's reaches the kernel's queue (perf raises it at
-/// the thread's next return to user space, and the system calls of the
-/// application's blocking and of `raise` are such returns) makes the
-/// kernel drop the application's (results/signals). So the thread's slot
-/// notes that one is owed; the first SIGTRAP the thread then takes is the
-/// application's, which clears the note as it is passed on, or ours,
-/// after which the application's is delivered as the kernel would have
-/// ([`deliver_owed_sigtrap`]). Several raised before one comes make one,
-/// as they merge without us. Async-signal-safe (an atomic store).
-pub fn application_sigtrap_raised() {
-    if let Some(slot) = super::tracer().and_then(|tracer| tracer.slot_of(sys::gettid())) {
+/// `pthread_kill` interposers). SIGTRAP is not queued: a SIGTRAP of ours
+/// waiting when the application's reaches the kernel's queue makes the
+/// kernel drop the application's (results/signals). Perf raises ours at
+/// the thread's next return to user space, and every system call is one.
+///
+/// - SIGTRAP blocked: ours may wait already, or come at the return of a
+///   system call of the C library's `raise`. So the thread's slot notes
+///   that the application's is owed, and `raise` goes on. The first
+///   SIGTRAP the thread takes once it unblocks is then the application's,
+///   whose passing on clears the note, or ours, after whose handling the
+///   application's is delivered as the kernel would have
+///   ([`deliver_owed_sigtrap`]). Several raised before one comes make
+///   one, as they merge without us.
+/// - SIGTRAP not blocked: ours never waits in user space (it is delivered
+///   at the return that raised it), but the C library's `raise` blocks
+///   every signal around its tgkill, and ours could come at the return
+///   of that block. So the application's is sent here with a bare tgkill
+///   (delivered before it returns, as raise's is); returns true then.
+///
+/// Returns whether it sent the signal. Async-signal-safe (a read of the
+/// mask, an atomic store or tgkill).
+pub fn raise_sigtrap() -> bool {
+    let Some(slot) = super::tracer().and_then(|tracer| tracer.slot_of(sys::gettid())) else {
+        return false;
+    };
+    if sys::sigtrap_blocked() {
         slot.sigtrap_owed.store(true, Ordering::Release);
+        false
+    } else {
+        sys::tgkill(sys::gettid(), libc::SIGTRAP).is_ok()
     }
 }
 

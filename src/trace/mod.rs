@@ -348,7 +348,7 @@ pub struct ThreadSlot {
     entries: AtomicU32,
     /// The application raised SIGTRAP at this thread, and no SIGTRAP of
     /// the application's has been delivered since
-    /// (`handler::application_sigtrap_raised`).
+    /// (`handler::raise_sigtrap`).
     pub(crate) sigtrap_owed: AtomicBool,
 }
 
