@@ -25,7 +25,7 @@ use crate::sys;
 use super::counters::Counters;
 use super::ends::close_open_trace;
 use super::engine::{Engine, StopRegisters, Ucontext};
-use super::events::{renew_breakpoint, sample_entered, set_sampling_period};
+use super::events::{arm_breakpoint, renew_breakpoint, sample_entered, set_sampling_period};
 use super::{chain, Entry, Lookahead, ThreadSlot, ThreadTrace, Tracer, BREAKPOINT_TAG, SAMPLE_TAG};
 
 /// The engine of `mode`: the one place a mode is looked at.
@@ -176,7 +176,13 @@ fn on_our_sigtrap(si: &libc::siginfo_t, tag: u64, ctx: *mut c_void) {
                             // the breakpoint armed: hits meanwhile merged
                             // into this signal (SIGTRAP is not queued), and
                             // what is left of the event's limit is unknown.
+                            // A fresh event, armed where the old one was:
+                            // the trace may still wait there.
+                            // SAFETY: bp_addr is the active field of a
+                            // breakpoint attribute.
+                            let at = unsafe { t.bp_attr.__bindgen_anon_3.bp_addr };
                             renew_breakpoint(slot, t);
+                            arm_breakpoint(t, at);
                         }
                     }
                     let as_sample = tag == SAMPLE_TAG && !is_merged_stop(t, uc);
