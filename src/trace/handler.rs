@@ -49,8 +49,7 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
     if si.si_code != sys::TRAP_PERF || (tag != SAMPLE_TAG && tag != BREAKPOINT_TAG) {
         // SAFETY: the ucontext is the kernel's for this delivery.
         if !is_stray_debug_trap(si, unsafe { Ucontext::of(ctx) }) {
-            take_owed_sigtrap();
-            revive_first_sample();
+            before_passing_on();
             chain::forward(sig, info, ctx);
         }
         return;
@@ -98,18 +97,20 @@ pub fn raise_sigtrap() -> bool {
     }
 }
 
-/// A SIGTRAP of the application's is being passed on. A thread's first
-/// sample comes from an event that stops itself at its one overflow
+/// A SIGTRAP of the application's is being passed on: whatever was owed
+/// to the thread is paid ([`raise_sigtrap`]). And a thread's first sample
+/// comes from an event that stops itself at its one overflow
 /// (`events::sample_entered`); raised while the application's SIGTRAP
 /// waited, it merged into it (SIGTRAP is not queued), and the thread
 /// would never be sampled. So while the thread is in its first period,
 /// an event whose enabled time no longer moves has spent its overflow
 /// unseen: it is started as the first sample would have started it.
 /// Async-signal-safe (reads and ioctls of the thread's own event).
-fn revive_first_sample() {
+fn before_passing_on() {
     let Some(slot) = super::tracer().and_then(|tracer| tracer.slot_of(sys::gettid())) else {
         return;
     };
+    slot.sigtrap_owed.store(false, Ordering::Release);
     if slot.enter() != Entry::Held {
         return;
     }
