@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""Medians (and quartiles) of stop.sh's runs.csv per build: the start and
+stop's CPU (start_stop_ns), the handlers' and the worker's, and each
+round's start-and-stop difference against the first build named."""
+import csv
+import statistics as st
+import sys
+
+rows = list(csv.DictReader(open(sys.argv[1])))
+builds = list(dict.fromkeys(r["build"] for r in rows if r["build"] != "native"))
+
+
+def q(v):
+    v = sorted(v)
+    qs = st.quantiles(v, n=4)
+    return "%.2f (%.2f-%.2f)" % (st.median(v), qs[0], qs[2])
+
+
+print("| build | runs | start and stop ms | handlers ms | worker ms | traces |")
+print("|---|---|---|---|---|---|")
+for b in builds:
+    r = [x for x in rows if x["build"] == b]
+    print("| %s | %d | %s | %s | %s | %d |" % (
+        b, len(r), q([float(x["start_stop_ms"]) for x in r]),
+        q([float(x["sampling_ms"]) for x in r]), q([float(x["worker_ms"]) for x in r]),
+        st.median(int(x["traces"]) for x in r)))
+base = builds[0]
+for b in builds[1:]:
+    d = []
+    for rnd in sorted(set(x["round"] for x in rows)):
+        a = [float(x["start_stop_ms"]) for x in rows if x["round"] == rnd and x["build"] == base]
+        c = [float(x["start_stop_ms"]) for x in rows if x["round"] == rnd and x["build"] == b]
+        if a and c:
+            d.append(c[0] - a[0])
+    print()
+    print("%s - %s, start and stop, per round: median %.2f ms, %d of %d rounds lower" % (
+        b, base, st.median(d), sum(1 for x in d if x < 0), len(d)))
