@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What a session's start and stop cost SQLite speedtest1 at the default
-# setting (128 branches, 10 ms), builds in turns: each round runs the
+# What a session's start and stop cost SQLite speedtest1 at 128 branches
+# and PERIOD_MS (default 10, the default setting), builds in turns: each round runs the
 # native program, then each build autostarted (the order turning from
 # round to round), and records the process's CPU and wall time (GNU time)
 # and the summary's start_stop_ns, sampling_ns and worker_ns.
@@ -29,7 +29,7 @@ for ((r = 0; r < rounds; r++)); do
     fi
     rm -rf "$work/out"
     /usr/bin/time -o "$work/t" -f '%U,%S,%e' env BREAKDANCE_AUTOSTART=1 BREAKDANCE_EVENT=task-clock \
-      BREAKDANCE_PERIOD=10000000 BREAKDANCE_LBR=128 BREAKDANCE_OUTPUT="$work/out" \
+      BREAKDANCE_PERIOD=$((${PERIOD_MS:-10} * 1000000)) BREAKDANCE_LBR=128 BREAKDANCE_OUTPUT="$work/out" \
       LD_PRELOAD="$b/libbreakdance.so" "${cmd[@]}" >/dev/null 2>&1
     s=$(python3 -c '
 import json, sys
