@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Medians (and quartiles) of stop.sh's runs.csv per build: the start and
-stop's CPU (start_stop_ns), the handlers' and the worker's, and each
-round's start-and-stop difference against the first build named."""
+stop's CPU (start_stop_ns), the handlers' and the worker's, ns per
+emulated step and per decode where the file has them, and each round's
+start-and-stop difference against the first build named."""
 import csv
 import statistics as st
 import sys
@@ -16,14 +17,22 @@ def q(v):
     return "%.2f (%.2f-%.2f)" % (st.median(v), qs[0], qs[2])
 
 
-print("| build | runs | start and stop ms | handlers ms | worker ms | traces |")
-print("|---|---|---|---|---|---|")
+steps = "steps" in rows[0]
+print("| build | runs | start and stop ms | handlers ms | worker ms | traces |%s" % (
+    " ns per step | ns per decode | decodes per 100 steps |" if steps else ""))
+print("|---|---|---|---|---|---|%s" % ("---|---|---|" if steps else ""))
 for b in builds:
     r = [x for x in rows if x["build"] == b]
-    print("| %s | %d | %s | %s | %s | %d |" % (
+    line = "| %s | %d | %s | %s | %s | %d |" % (
         b, len(r), q([float(x["start_stop_ms"]) for x in r]),
         q([float(x["sampling_ms"]) for x in r]), q([float(x["worker_ms"]) for x in r]),
-        st.median(int(x["traces"]) for x in r)))
+        st.median(int(x["traces"]) for x in r))
+    if steps:
+        line += " %s | %s | %.1f |" % (
+            q([1e6 * float(x["emulation_ms"]) / int(x["steps"]) for x in r]),
+            q([1e6 * float(x["decode_ms"]) / max(1, int(x["decodes"])) for x in r]),
+            st.median(100 * int(x["decodes"]) / int(x["steps"]) for x in r))
+    print(line)
 base = builds[0]
 for b in builds[1:]:
     d = []

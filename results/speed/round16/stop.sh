@@ -3,7 +3,8 @@
 # and PERIOD_MS (default 10, the default setting), builds in turns: each round runs the
 # native program, then each build autostarted (the order turning from
 # round to round), and records the process's CPU and wall time (GNU time)
-# and the summary's start_stop_ns, sampling_ns and worker_ns.
+# and the summary's start_stop_ns, sampling_ns and worker_ns, and its
+# emulation and decoding times and counts.
 #
 #   results/speed/round16/stop.sh ROUNDS BUILD_DIR... > runs.csv
 #
@@ -16,7 +17,7 @@ speedtest=$root/target/workloads/build/sqlite/baseline/speedtest1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmd=("$speedtest" --memdb --testset main --size 25)
-echo "round,build,user_s,sys_s,wall_s,start_stop_ms,sampling_ms,worker_ms,traces"
+echo "round,build,user_s,sys_s,wall_s,start_stop_ms,sampling_ms,worker_ms,traces,emulation_ms,steps,decode_ms,decodes"
 builds=(native "$@")
 n=${#builds[@]}
 for ((r = 0; r < rounds; r++)); do
@@ -24,7 +25,7 @@ for ((r = 0; r < rounds; r++)); do
     b=${builds[$(((i + r) % n))]}
     if [ "$b" = native ]; then
       /usr/bin/time -o "$work/t" -f '%U,%S,%e' "${cmd[@]}" >/dev/null 2>&1
-      echo "$r,native,$(cat "$work/t"),0,0,0,0"
+      echo "$r,native,$(cat "$work/t"),0,0,0,0,0,0,0,0"
       continue
     fi
     rm -rf "$work/out"
@@ -34,7 +35,9 @@ for ((r = 0; r < rounds; r++)); do
     s=$(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
-print("%.3f,%.3f,%.3f,%d" % (d["start_stop_ns"] / 1e6, d["sampling_ns"] / 1e6, d["worker_ns"] / 1e6, d["traces_started"]))' "$work/out/summary.json")
+print("%.3f,%.3f,%.3f,%d,%.3f,%d,%.3f,%d" % (d["start_stop_ns"] / 1e6, d["sampling_ns"] / 1e6,
+    d["worker_ns"] / 1e6, d["traces_started"], d["emulation_ns"] / 1e6, d["emulated_steps"],
+    d["decode_ns"] / 1e6, d["emulation_decodes"]))' "$work/out/summary.json")
     echo "$r,$(basename "$b"),$(cat "$work/t"),$s"
   done
 done
