@@ -18,15 +18,19 @@ def q(v):
 
 
 steps = "steps" in rows[0]
-print("| build | runs | start and stop ms | handlers ms | worker ms | traces |%s" % (
+rss = "maxrss_kb" in rows[0]
+print("| build | runs | start and stop ms | handlers ms | worker ms | traces |%s%s" % (
+    " peak RSS (MB) |" if rss else "",
     " ns per step | ns per decode | decodes per 100 steps |" if steps else ""))
-print("|---|---|---|---|---|---|%s" % ("---|---|---|" if steps else ""))
+print("|---|---|---|---|---|---|%s%s" % ("---|" if rss else "", "---|---|---|" if steps else ""))
 for b in builds:
     r = [x for x in rows if x["build"] == b]
     line = "| %s | %d | %s | %s | %s | %d |" % (
         b, len(r), q([float(x["start_stop_ms"]) for x in r]),
         q([float(x["sampling_ms"]) for x in r]), q([float(x["worker_ms"]) for x in r]),
         st.median(int(x["traces"]) for x in r))
+    if rss:
+        line += " %.1f |" % (st.median(int(x["maxrss_kb"]) for x in r) / 1024)
     if steps:
         line += " %s | %s | %.1f |" % (
             q([1e6 * float(x["emulation_ms"]) / int(x["steps"]) for x in r]),
