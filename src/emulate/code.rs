@@ -167,6 +167,9 @@ pub struct SharedCode {
     collapsed: AtomicU32,
     /// Upkeeps that asked for a region and did not get it all.
     collapse_tries: AtomicU32,
+    /// The worker has asked for the index's pages (see
+    /// [`SharedCode::upkeep`]).
+    index_made: AtomicBool,
 }
 
 // SAFETY: a record's `insn` is written only by the handler that claimed
@@ -230,6 +233,32 @@ impl SharedCode {
             resets: AtomicU64::new(0),
             collapsed: AtomicU32::new(0),
             collapse_tries: AtomicU32::new(0),
+            index_made: AtomicBool::new(false),
+        }
+    }
+
+    /// In the worker, once handlers have published code: makes every page
+    /// of the index resident, without writing it (`MADV_POPULATE_WRITE`;
+    /// a handler may be publishing). Records hash all over the index, so a
+    /// traced run soon touches each of its 64 pages, each first touch a
+    /// page fault in a handler: with none made ahead, a decode cost 379 ns
+    /// against 284 at the default on SQLite (results/speed, round 16).
+    /// Until code is published the index costs nothing: a process never
+    /// sampled no longer pays the clearing of an empty index (SQLite: the
+    /// worker 0.98 -> 0.72 ms, peak RSS 0.3 MB less).
+    fn make_index(&self) {
+        if self.index_made.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        // SAFETY: the range is the index's own mapping (`zeroed_slice`);
+        // the advice changes no contents. Refused (before Linux 5.14),
+        // the pages are made at first use, as without it.
+        unsafe {
+            libc::madvise(
+                self.index.as_ptr() as *mut libc::c_void,
+                std::mem::size_of_val(self.index),
+                libc::MADV_POPULATE_WRITE,
+            );
         }
     }
 
@@ -469,6 +498,9 @@ impl SharedCode {
     /// See [`maintain`].
     fn upkeep(&self, generation: u32, traces: u64) {
         self.maintain(generation);
+        if !self.is_empty() {
+            self.make_index();
+        }
         if traces >= COLLAPSE_AFTER_TRACES {
             self.collapse();
         }
@@ -486,8 +518,15 @@ impl SharedCode {
             return false;
         }
         let used = s.len();
-        for slot in s.index.iter() {
-            slot.store(0, Ordering::Relaxed);
+        if used > 0 {
+            // (A table nothing was published in has an index of zeros,
+            // its pages never written: clearing it at the session's first
+            // pass, which finds the table of no generation, made all 256
+            // KiB of it resident in every process, sampled or not. See
+            // `make_index`.)
+            for slot in s.index.iter() {
+                slot.store(0, Ordering::Relaxed);
+            }
         }
         for r in &s.records[..used] {
             r.tag().store(0, Ordering::Relaxed);
@@ -1002,6 +1041,41 @@ mod tests {
         assert_eq!(code.take_decodes().0, 3, "the first three incs only");
         assert_eq!(shared.len(), 6, "no instruction twice");
         assert_eq!(text.fetches, 2);
+    }
+
+    /// Pages of `s`'s index the process holds in memory (mincore).
+    fn resident_index_pages(s: &SharedCode) -> usize {
+        let len = std::mem::size_of_val(s.index);
+        let pages = len.div_ceil(4096);
+        let mut v = vec![0u8; pages];
+        // SAFETY: the index is one mapping of its own (`zeroed_slice`),
+        // page-aligned, and `v` has a byte per page of it.
+        let rc =
+            unsafe { libc::mincore(s.index.as_ptr() as *mut libc::c_void, len, v.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        v.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    #[test]
+    fn the_index_is_made_once_code_is_published() {
+        let shared = table();
+        shared.upkeep(1, 0);
+        assert_eq!(resident_index_pages(shared), 0, "256 KiB of zeros written");
+        let mut code = Code::on(shared);
+        let mut text = Text::new(4);
+        code.enter(1);
+        walk(&mut code, &mut text, 1);
+        code.leave();
+        let pages = std::mem::size_of_val(shared.index) / 4096;
+        shared.upkeep(1, 0);
+        assert_eq!(resident_index_pages(shared), pages, "the index made whole");
+        // Records in use: a change of code clears the index.
+        assert!(shared.maintain(2));
+        assert_eq!(shared.len(), 0);
+        code.enter(2);
+        walk(&mut code, &mut text, 1);
+        code.leave();
+        assert_eq!(shared.len(), 5, "found nothing of generation 1");
     }
 
     #[test]

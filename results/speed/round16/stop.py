@@ -33,9 +33,9 @@ for b in builds:
         line += " %.1f |" % (st.median(int(x["maxrss_kb"]) for x in r) / 1024)
     if steps:
         line += " %s | %s | %.1f |" % (
-            q([1e6 * float(x["emulation_ms"]) / int(x["steps"]) for x in r]),
+            q([1e6 * float(x["emulation_ms"]) / max(1, int(x["steps"])) for x in r]),
             q([1e6 * float(x["decode_ms"]) / max(1, int(x["decodes"])) for x in r]),
-            st.median(100 * int(x["decodes"]) / int(x["steps"]) for x in r))
+            st.median(100 * int(x["decodes"]) / max(1, int(x["steps"])) for x in r))
     print(line)
 base = builds[0]
 for b in builds[1:]:
