@@ -117,21 +117,23 @@ impl ModuleProfile {
 /// branches whose source and target are in it (a call into another module
 /// belongs to neither's AutoFDO profile), and sample addresses.
 pub fn module_profile(agg: &Aggregate, module: &Module) -> ModuleProfile {
-    let mut p = ModuleProfile::default();
-    for (&(begin, end), &n) in &agg.ranges {
-        if begin <= end && module.contains(begin) && module.contains(end) {
-            *p.ranges
-                .entry((module.vaddr_of(begin), module.vaddr_of(end)))
-                .or_default() += n;
-        }
-    }
-    for (&(from, to), &n) in &agg.branches {
-        if module.contains(from) && module.contains(to) {
-            *p.branches
-                .entry((module.vaddr_of(from), module.vaddr_of(to)))
-                .or_default() += n;
-        }
-    }
+    // A module's addresses map to its own one to one (one bias), so each
+    // pair is a key of its own: the maps are built at once from the pairs
+    // (sorted, then filled leaf by leaf) instead of by an insert each.
+    let ranges = agg
+        .ranges
+        .iter()
+        .filter(|(&(begin, end), _)| begin <= end && module.contains(begin) && module.contains(end))
+        .map(|(&(begin, end), &n)| ((module.vaddr_of(begin), module.vaddr_of(end)), n))
+        .collect();
+    let branches = agg
+        .branches
+        .iter()
+        .filter(|(&(from, to), _)| module.contains(from) && module.contains(to))
+        .map(|(&(from, to), &n)| ((module.vaddr_of(from), module.vaddr_of(to)), n))
+        .collect();
+    // Traces that end at one address add up.
+    let mut addresses = BTreeMap::new();
     let newest_targets = agg
         .traces
         .iter()
@@ -142,10 +144,14 @@ pub fn module_profile(agg: &Aggregate, module: &Module) -> ModuleProfile {
         );
     for (to, n) in newest_targets {
         if let Some(to) = to.filter(|&to| module.contains(to)) {
-            *p.addresses.entry(module.vaddr_of(to)).or_default() += n;
+            *addresses.entry(module.vaddr_of(to)).or_default() += n;
         }
     }
-    p
+    ModuleProfile {
+        ranges,
+        addresses,
+        branches,
+    }
 }
 
 /// The `create_llvm_prof --profiler=text` format: ranges, addresses and
