@@ -119,10 +119,18 @@ compare_builds() {
 hottest() {
     llvm-profdata-19 show --sample --topn=5 "$out/demo.prof" >"$out/topn.txt" || return
     sed -n '/considered hot functions/,$p' "$out/topn.txt" >&2
-    # The demo spends most of its time in score_records: a profile that does
-    # not say so is wrong.
-    hot=$(awk '/Function name$/ { getline; print $NF; exit }' "$out/topn.txt")
-    [ "$hot" = "score_records" ] || fail "the hottest function in the profile is '${hot:-none}', not score_records"
+    # The demo's two hot functions are score_records (with the scorers it
+    # calls, most of the time) and classify_text: a profile whose two
+    # hottest are not those is wrong. Which of the two comes first is the
+    # CPU's: counted by itself, score_records runs about as many
+    # instructions as classify_text, and on an Intel Xeon guest the
+    # samples put either first from one run to the next.
+    top2=$(awk '/Function name$/ { getline; a = $NF; getline; print a, $NF; exit }' "$out/topn.txt")
+    hot=${top2%% *}
+    case "$top2" in
+        "score_records classify_text" | "classify_text score_records") ;;
+        *) fail "the two hottest functions in the profile are '${top2:-none}', not score_records and classify_text" ;;
+    esac
 }
 
 current="start"

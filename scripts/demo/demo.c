@@ -1,6 +1,7 @@
 /*
  * The program scripts/demo.sh profiles: a few branchy functions, one of
- * them clearly the hottest (score_records), one cold path (report_anomaly).
+ * them the hottest with what it calls (score_records), one cold path
+ * (report_anomaly).
  * The work is deterministic; the checksum it prints lets the demo check
  * that the profile-optimised build computes the same thing.
  *
