@@ -54,13 +54,25 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
         }
         return;
     }
-    // Ours. When the application raised a SIGTRAP of its own that has
-    // not come, it was dropped for this one: it is delivered after.
-    let owed = take_owed_sigtrap();
-    on_our_sigtrap(si, tag, ctx);
+    // Ours. Without a tracer or a ready slot this is a late signal of a
+    // stopped session or a closing thread: nothing to do.
+    let Some((tracer, slot)) = calling_thread_slot() else {
+        return;
+    };
+    // When the application raised a SIGTRAP of its own that has not come,
+    // it was dropped for this one: it is delivered after.
+    let owed = slot.sigtrap_owed.swap(false, Ordering::AcqRel);
+    on_our_sigtrap(tracer, slot, si, tag, ctx);
     if owed {
         deliver_owed_sigtrap(ctx);
     }
+}
+
+/// The tracer and the calling thread's slot in it, where it has one.
+/// Async-signal-safe (gettid and a probe of the thread table).
+fn calling_thread_slot() -> Option<(&'static Tracer, &'static ThreadSlot)> {
+    let tracer = super::tracer()?;
+    Some((tracer, tracer.slot_of(sys::gettid())?))
 }
 
 /// The application raises SIGTRAP at the calling thread (the `raise` and
@@ -86,7 +98,7 @@ pub(crate) extern "C" fn on_sigtrap(sig: i32, info: *mut libc::siginfo_t, ctx: *
 /// Returns whether it sent the signal. Async-signal-safe (a read of the
 /// mask, an atomic store or tgkill).
 pub fn raise_sigtrap() -> bool {
-    let Some(slot) = super::tracer().and_then(|tracer| tracer.slot_of(sys::gettid())) else {
+    let Some((_, slot)) = calling_thread_slot() else {
         return false;
     };
     if sys::sigtrap_blocked() {
@@ -107,7 +119,7 @@ pub fn raise_sigtrap() -> bool {
 /// unseen: it is started as the first sample would have started it.
 /// Async-signal-safe (reads and ioctls of the thread's own event).
 fn before_passing_on() {
-    let Some(slot) = super::tracer().and_then(|tracer| tracer.slot_of(sys::gettid())) else {
+    let Some((_, slot)) = calling_thread_slot() else {
         return;
     };
     slot.sigtrap_owed.store(false, Ordering::Release);
@@ -130,13 +142,6 @@ fn before_passing_on() {
     slot.leave();
 }
 
-/// Whether the application's SIGTRAP was owed to this thread; clears it.
-fn take_owed_sigtrap() -> bool {
-    super::tracer()
-        .and_then(|tracer| tracer.slot_of(sys::gettid()))
-        .is_some_and(|slot| slot.sigtrap_owed.swap(false, Ordering::AcqRel))
-}
-
 /// Delivers the application's SIGTRAP that ours made the kernel drop, as
 /// `raise` sends it (SI_TKILL, this process and user), to its action.
 fn deliver_owed_sigtrap(ctx: *mut c_void) {
@@ -155,89 +160,90 @@ fn deliver_owed_sigtrap(ctx: *mut c_void) {
     chain::forward(libc::SIGTRAP, &mut info, ctx);
 }
 
-/// A SIGTRAP of ours: a sample or a breakpoint stop.
-fn on_our_sigtrap(si: &libc::siginfo_t, tag: u64, ctx: *mut c_void) {
-    // Without a tracer or a ready slot this is a late signal of a
-    // stopped session or a closing thread: nothing to do.
-    if let Some(tracer) = super::tracer() {
-        if let Some(slot) = tracer.slot_of(sys::gettid()) {
-            match slot.enter() {
-                Entry::Held => {
-                    // SAFETY: enter() made this handler the slot's holder;
-                    // the ucontext is the kernel's for this delivery.
-                    let (t, uc) = unsafe { (slot.inner(), Ucontext::of(ctx)) };
-                    let began = sys::raw::clock_ns();
-                    let engine = engine_of(tracer.lookahead());
-                    let c = &slot.counters;
-                    let late = sys::siginfo_perf_flags(si) & sys::TRAP_PERF_FLAG_ASYNC != 0;
-                    if tag == SAMPLE_TAG {
-                        sample_entered(t);
-                        if late && t.bp_armed {
-                            // Raised while the thread blocked SIGTRAP, with
-                            // the breakpoint armed: hits meanwhile merged
-                            // into this signal (SIGTRAP is not queued), and
-                            // what is left of the event's limit is unknown.
-                            // A fresh event, armed where the old one was:
-                            // the trace may still wait there.
-                            // SAFETY: bp_addr is the active field of a
-                            // breakpoint attribute.
-                            let at = unsafe { t.bp_attr.__bindgen_anon_3.bp_addr };
-                            renew_breakpoint(slot, t);
-                            arm_breakpoint(t, at);
-                        }
-                    }
-                    let as_sample = tag == SAMPLE_TAG && !is_merged_stop(t, uc);
-                    if as_sample && t.skip_sample {
-                        // It fell due while the last sample's handler ran
-                        // (see `events::set_sampling_period`).
-                        t.skip_sample = false;
-                        Counters::bump(&c.samples);
-                        Counters::bump(&c.samples_in_handler);
-                        slot.leave();
-                        return;
-                    }
-                    if tag == SAMPLE_TAG && !as_sample {
-                        Counters::bump(&c.samples);
-                        Counters::bump(&c.samples_in_trace);
-                        Counters::bump(&c.merged_stops);
-                        t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
-                        engine.on_breakpoint(tracer, slot, t, uc);
-                    } else if tag == SAMPLE_TAG {
-                        if PANIC_AT_SAMPLE.load(Ordering::Relaxed) {
-                            panic!("failpoint sample-panic");
-                        }
-                        engine.on_sample(tracer, slot, t, uc);
-                    } else {
-                        if late {
-                            // Hit while the thread blocked SIGTRAP: how many
-                            // times is unknown, maybe up to the limit.
-                            renew_breakpoint(slot, t);
-                        } else {
-                            t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
-                        }
-                        engine.on_breakpoint(tracer, slot, t, uc);
-                    }
-                    // The engines time their own parts; this one is the
-                    // handler's too.
-                    let a0 = sys::raw::clock_ns();
-                    set_sampling_period(t, as_sample.then_some(began));
-                    let armed = sys::raw::clock_ns().saturating_sub(a0);
-                    t.trace_ns += armed;
-                    if as_sample {
-                        Counters::add(&c.sampling_ns, armed);
-                    } else {
-                        Counters::add(&c.breakpoint_ns, armed);
-                    }
-                    slot.leave();
+/// A SIGTRAP of ours, a sample or a breakpoint stop, on the thread of
+/// `slot`.
+fn on_our_sigtrap(
+    tracer: &Tracer,
+    slot: &ThreadSlot,
+    si: &libc::siginfo_t,
+    tag: u64,
+    ctx: *mut c_void,
+) {
+    match slot.enter() {
+        Entry::Held => {
+            // SAFETY: enter() made this handler the slot's holder;
+            // the ucontext is the kernel's for this delivery.
+            let (t, uc) = unsafe { (slot.inner(), Ucontext::of(ctx)) };
+            let began = sys::raw::clock_ns();
+            let engine = engine_of(tracer.lookahead());
+            let c = &slot.counters;
+            let late = sys::siginfo_perf_flags(si) & sys::TRAP_PERF_FLAG_ASYNC != 0;
+            if tag == SAMPLE_TAG {
+                sample_entered(t);
+                if late && t.bp_armed {
+                    // Raised while the thread blocked SIGTRAP, with
+                    // the breakpoint armed: hits meanwhile merged
+                    // into this signal (SIGTRAP is not queued), and
+                    // what is left of the event's limit is unknown.
+                    // A fresh event, armed where the old one was:
+                    // the trace may still wait there.
+                    // SAFETY: bp_addr is the active field of a
+                    // breakpoint attribute.
+                    let at = unsafe { t.bp_attr.__bindgen_anon_3.bp_addr };
+                    renew_breakpoint(slot, t);
+                    arm_breakpoint(t, at);
                 }
-                Entry::Abandoned => {
-                    // SAFETY: as above: the slot is this handler's again.
-                    take_back(tracer, slot, unsafe { slot.inner() });
-                    slot.leave();
-                }
-                Entry::Refused => {}
             }
+            let as_sample = tag == SAMPLE_TAG && !is_merged_stop(t, uc);
+            if as_sample && t.skip_sample {
+                // It fell due while the last sample's handler ran
+                // (see `events::set_sampling_period`).
+                t.skip_sample = false;
+                Counters::bump(&c.samples);
+                Counters::bump(&c.samples_in_handler);
+                slot.leave();
+                return;
+            }
+            if tag == SAMPLE_TAG && !as_sample {
+                Counters::bump(&c.samples);
+                Counters::bump(&c.samples_in_trace);
+                Counters::bump(&c.merged_stops);
+                t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
+                engine.on_breakpoint(tracer, slot, t, uc);
+            } else if tag == SAMPLE_TAG {
+                if PANIC_AT_SAMPLE.load(Ordering::Relaxed) {
+                    panic!("failpoint sample-panic");
+                }
+                engine.on_sample(tracer, slot, t, uc);
+            } else {
+                if late {
+                    // Hit while the thread blocked SIGTRAP: how many
+                    // times is unknown, maybe up to the limit.
+                    renew_breakpoint(slot, t);
+                } else {
+                    t.bp_hits_left = t.bp_hits_left.saturating_sub(1);
+                }
+                engine.on_breakpoint(tracer, slot, t, uc);
+            }
+            // The engines time their own parts; this one is the
+            // handler's too.
+            let a0 = sys::raw::clock_ns();
+            set_sampling_period(t, as_sample.then_some(began));
+            let armed = sys::raw::clock_ns().saturating_sub(a0);
+            t.trace_ns += armed;
+            if as_sample {
+                Counters::add(&c.sampling_ns, armed);
+            } else {
+                Counters::add(&c.breakpoint_ns, armed);
+            }
+            slot.leave();
         }
+        Entry::Abandoned => {
+            // SAFETY: as above: the slot is this handler's again.
+            take_back(tracer, slot, unsafe { slot.inner() });
+            slot.leave();
+        }
+        Entry::Refused => {}
     }
 }
 
@@ -278,10 +284,7 @@ fn is_stray_debug_trap(si: &libc::siginfo_t, uc: &Ucontext) -> bool {
     if si.si_code != sys::TRAP_BRKPT && si.si_code != sys::TRAP_HWBKPT {
         return false;
     }
-    let Some(tracer) = super::tracer() else {
-        return false;
-    };
-    let Some(slot) = tracer.slot_of(sys::gettid()) else {
+    let Some((tracer, slot)) = calling_thread_slot() else {
         return false;
     };
     match slot.enter() {
