@@ -234,12 +234,21 @@ fn next_symbol(name: &std::ffi::CStr) -> *mut c_void {
     sym
 }
 
-fn real_pthread_create() -> RealPthreadCreate {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let sym = *REAL.get_or_init(|| next_symbol(c"pthread_create") as usize);
-    // SAFETY: the symbol is libc's pthread_create.
-    unsafe { std::mem::transmute::<usize, RealPthreadCreate>(sym) }
+/// Defines `fn $name() -> $ty`: the C library's `$symbol` (the definition
+/// after this library's), looked up once.
+macro_rules! real_fn {
+    ($name:ident, $ty:ty, $symbol:literal) => {
+        fn $name() -> $ty {
+            static REAL: OnceLock<usize> = OnceLock::new();
+            let sym = *REAL.get_or_init(|| next_symbol($symbol) as usize);
+            // SAFETY: the symbol is the C library's function of that name,
+            // whose type `$ty` is.
+            unsafe { std::mem::transmute::<usize, $ty>(sym) }
+        }
+    };
 }
+
+real_fn!(real_pthread_create, RealPthreadCreate, c"pthread_create");
 
 type UnwindingStartRoutine = extern "C-unwind" fn(*mut c_void) -> *mut c_void;
 
@@ -327,19 +336,9 @@ pub unsafe extern "C" fn pthread_create(
 type RealRaise = unsafe extern "C" fn(i32) -> i32;
 type RealPthreadKill = unsafe extern "C" fn(libc::pthread_t, i32) -> i32;
 
-fn real_raise() -> RealRaise {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let sym = *REAL.get_or_init(|| next_symbol(c"raise") as usize);
-    // SAFETY: the symbol is libc's raise.
-    unsafe { std::mem::transmute::<usize, RealRaise>(sym) }
-}
+real_fn!(real_raise, RealRaise, c"raise");
 
-fn real_pthread_kill() -> RealPthreadKill {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let sym = *REAL.get_or_init(|| next_symbol(c"pthread_kill") as usize);
-    // SAFETY: the symbol is libc's pthread_kill.
-    unsafe { std::mem::transmute::<usize, RealPthreadKill>(sym) }
-}
+real_fn!(real_pthread_kill, RealPthreadKill, c"pthread_kill");
 
 /// Interposed raise: a SIGTRAP the application raises at itself could be
 /// dropped by the kernel for one of the tracer's raised just before
@@ -489,12 +488,7 @@ pub unsafe extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::
     }
 }
 
-fn real_signal() -> RealSignal {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let sym = *REAL.get_or_init(|| next_symbol(c"signal") as usize);
-    // SAFETY: the symbol is libc's signal.
-    unsafe { std::mem::transmute::<usize, RealSignal>(sym) }
-}
+real_fn!(real_signal, RealSignal, c"signal");
 
 /// Interposed `_exit`: programs that leave through `_exit` (shells do)
 /// skip atexit handlers, so an autostarted session would lose its profile.
