@@ -220,13 +220,14 @@ impl OutputDir {
     /// or the new one, and a failure leaves the old one in place.
     ///
     /// Not synced to the disk: the files are written at the application's
-    /// exit, on its time, and an fdatasync each cost about 130 µs of its
-    /// CPU and 0.2-0.6 ms of its wall time (six files on SQLite: 0.8 ms
-    /// of a 4.1 ms stop, results/speed round 16). A process that dies
-    /// after the rename leaves whole files, as a reader sees them; what a
-    /// machine that loses power keeps is the file system's affair, as for
-    /// `perf record`'s own perf.data (ext4, by default, writes out a file
-    /// renamed over an existing one with the rename: `auto_da_alloc`).
+    /// exit, on its time, and an fdatasync each cost about 100 µs of its
+    /// CPU and 0.2-0.6 ms of its wall time (six files on SQLite: 0.57 ms
+    /// of a 3.96 ms start and stop, results/speed round 16). A process
+    /// that dies after the rename leaves whole files, as a reader sees
+    /// them; what a machine that loses power keeps is the file system's
+    /// affair, as for `perf record`'s own perf.data (ext4, by default,
+    /// writes out a file renamed over an existing one with the rename:
+    /// `auto_da_alloc`).
     pub fn write_atomic(&self, name: &str, contents: &[u8]) -> Result<(), FileError> {
         self.check_replaceable(name)?;
         let mut tmp = self.temporary(&format!(".{name}."))?;
